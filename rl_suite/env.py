@@ -1,0 +1,309 @@
+"""The batched environment contract: one ``VecEnv`` for native simulators and adapters alike.
+
+A ``VecEnv`` holds ``num_envs`` environments as tensors on one ``device`` and advances all of them with one
+call. Shapes, with ``N = num_envs``:
+
+- ``reset(seed=None) -> obs``: float32 ``[N, *observation_space.shape]``.
+- ``step(actions) -> (obs, reward, terminated, truncated, info)``:
+    - ``actions``: a tensor on ``device``; integers ``[N]`` for ``Discrete``, ``[N, k]`` for ``MultiDiscrete``,
+      floats ``[N, *action_space.shape]`` for ``Box``.
+    - ``obs`` float32 ``[N, ...]``, ``reward`` float32 ``[N]``, ``terminated`` and ``truncated`` bool ``[N]``.
+      Time limits are truncation, never termination; both can be true at once.
+    - Environments whose episode ended reset inside the same step: ``obs`` is then the first observation of
+      the new episode. ``info`` holds, as tensors:
+        - ``final_obs`` ``[N, ...]``: the observation this step reached, before any reset (equal to ``obs``
+          where nothing ended). Bootstrap truncated episodes from it.
+        - ``done`` bool ``[N]``: ``terminated | truncated``, the episodes that ended in this step.
+        - ``episode_return`` float32 ``[N]`` and ``episode_length`` int32 ``[N]``: the undiscounted return
+          and the length of each ended episode, zero where ``done`` is false. No host sync is needed.
+
+The tensors returned by ``reset`` and ``step`` are buffers owned by the environment and are overwritten by
+the next ``reset`` or ``step``: clone what you keep. Observation and action spaces describe one environment.
+
+Native simulators subclass ``VecEnv`` and implement three hooks over their batched physical state; the
+shared ``reset``/``step`` here do the rest (checks, time limits, auto-reset, episode statistics).
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_suite.rng import EnvStreams
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``torch.device`` with the index filled in, so that ``cuda`` and ``cuda:0`` compare equal."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {str(device)!r} was asked for, but torch.cuda.is_available() is False")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
+
+
+def check_num_envs(num_envs: Any) -> int:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, (int, np.integer)) or num_envs <= 0:
+        raise ValueError(f"num_envs must be a positive integer, got {num_envs!r}")
+    return int(num_envs)
+
+
+class Selection(NamedTuple):
+    """Which environments an operation touches.
+
+    By index (``ids``), work scales with the number chosen, but counting them is a host sync on CUDA. By
+    ``mask``, the work is full width and needs no sync. Both give identical results.
+    """
+
+    ids: torch.Tensor | None = None
+    mask: torch.Tensor | None = None
+
+    def uniform(self, rng: EnvStreams, low, high, size: int, dtype: torch.dtype) -> torch.Tensor:
+        return rng.uniform(low, high, size, env_ids=self.ids, mask=self.mask, dtype=dtype)
+
+    def write(self, dst: torch.Tensor, values: torch.Tensor) -> None:
+        """Write ``values`` into the selected rows of ``dst`` (environment axis first)."""
+        if self.ids is not None:
+            dst.index_copy_(0, self.ids, values.to(dst.dtype))
+        else:
+            mask = self.mask.view(-1, *([1] * (dst.dim() - 1)))
+            dst.copy_(torch.where(mask, values, dst))
+
+
+class VecEnv:
+    """``num_envs`` environments advanced together on ``device``. See the module docstring for shapes.
+
+    Args:
+        num_envs: how many environments.
+        device: where every tensor lives.
+        observation_space, action_space: gymnasium spaces of one environment.
+        max_episode_steps: episodes are truncated after this many steps; ``None`` for no limit.
+        seed: seed of the per-environment random streams; ``None`` draws one from the operating system.
+        check_values: check action values (range, finiteness). They need a host sync, so they default
+            to on for the CPU and off for other devices. Shapes, dtypes and devices are always checked.
+        masked_resets: reset ended environments with full-width masked operations (no host sync) rather
+            than by index. Defaults to on for non-CPU devices. Results are identical either way.
+    """
+
+    env_id: str | None = None
+    reward_threshold: float | None = None
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        max_episode_steps: int | None = None,
+        seed: int | None = None,
+        check_values: bool | None = None,
+        masked_resets: bool | None = None,
+    ):
+        self.num_envs = n = check_num_envs(num_envs)
+        self.device = device = resolve_device(device)
+        self.observation_space = observation_space
+        self.action_space = action_space
+        if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or max_episode_steps <= 0
+        ):
+            raise ValueError(f"max_episode_steps must be a positive integer or None, got {max_episode_steps!r}")
+        self.max_episode_steps = max_episode_steps
+        on_cpu = device.type == "cpu"
+        self.check_values = on_cpu if check_values is None else bool(check_values)
+        self.masked_resets = (not on_cpu) if masked_resets is None else bool(masked_resets)
+        self.rng = EnvStreams(n, device, seed)
+        self._action_shape = (n, *action_space.shape)
+
+        obs_shape = (n, *observation_space.shape)
+        self._obs = torch.zeros(obs_shape, device=device)
+        self._final_obs = torch.zeros(obs_shape, device=device)
+        self._reward = torch.zeros(n, device=device)
+        self._terminated = torch.zeros(n, device=device, dtype=torch.bool)
+        self._truncated = torch.zeros(n, device=device, dtype=torch.bool)
+        self._done = torch.zeros(n, device=device, dtype=torch.bool)
+        self._running_return = torch.zeros(n, device=device)
+        self._running_length = torch.zeros(n, device=device, dtype=torch.int32)
+        self._final_return = torch.zeros(n, device=device)
+        self._final_length = torch.zeros(n, device=device, dtype=torch.int32)
+        self._done_float = torch.zeros(n, device=device)
+        self._done_int = torch.zeros(n, device=device, dtype=torch.int32)
+        self._all_envs = Selection(ids=torch.arange(n, device=device))
+
+    # -- the contract -------------------------------------------------------------------------------------
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        """Start a new episode in every environment; with ``seed``, restart the random streams first."""
+        if seed is not None:
+            self.rng.seed(seed)
+        self._running_return.zero_()
+        self._running_length.zero_()
+        self._reset_envs(self._all_envs)
+        self._observe(self._obs)
+        return self._obs
+
+    def step(self, actions: torch.Tensor):
+        """Advance every environment by one step; see the module docstring."""
+        actions = self.check_actions(actions)
+        reward, terminated = self._advance(actions)
+        self._running_length += 1
+        self._running_return += reward
+        truncated = self._truncated
+        if self.max_episode_steps is not None:
+            torch.ge(self._running_length, self.max_episode_steps, out=truncated)
+        done = torch.logical_or(terminated, truncated, out=self._done)
+        self._observe(self._final_obs)
+        self._close_episodes(done)
+        if self.masked_resets:
+            self._reset_envs(Selection(mask=done))
+            self._observe(self._obs)
+        else:  # on the CPU, counting the ended environments costs no device sync, and work scales with them
+            ids = done.nonzero().squeeze(1)
+            self._obs.copy_(self._final_obs)
+            if ids.numel():
+                self._reset_envs(Selection(ids=ids))
+                self._observe(self._obs, ids)
+        return self._obs, reward, terminated, truncated, self._step_info()
+
+    def get_state(self) -> torch.Tensor:
+        """A copy of the batched physical state, ``[N, ...]`` on ``device``."""
+        return self._state_view().clone(memory_format=torch.contiguous_format)
+
+    def set_state(self, state, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Set the physical state of all environments (or of ``env_ids``) and return the new observations.
+
+        Only the physics changes: step counters and episode statistics carry on.
+        """
+        self._write_state(self._state_view(), state, env_ids)
+        self._observe(self._obs)
+        return self._obs
+
+    def close(self) -> None:
+        """Release outside resources (processes, windows); native simulators hold none."""
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        name = f"{self.env_id}, " if self.env_id else ""
+        return f"{type(self).__name__}({name}num_envs={self.num_envs}, device={self.device})"
+
+    # -- hooks for native simulators ----------------------------------------------------------------------
+
+    def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Advance the physics of every environment in place; return float32 reward and bool terminated."""
+        raise NotImplementedError
+
+    def _observe(self, out: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
+        """Write the observation of the current state into ``out``: every row, or only the rows ``env_ids``."""
+        raise NotImplementedError
+
+    def _reset_envs(self, selection: Selection) -> None:
+        """Draw initial states for the selected environments from their random streams."""
+        raise NotImplementedError
+
+    def _state_view(self) -> torch.Tensor:
+        """The physical state as a writable ``[N, ...]`` view, for simulators whose state is one tensor."""
+        raise NotImplementedError(f"{type(self).__name__} does not expose its physical state")
+
+    # -- shared helpers -----------------------------------------------------------------------------------
+
+    def _close_episodes(self, done: torch.Tensor) -> None:
+        """Report the return and length of the episodes that ended, and start counting their successors."""
+        # Multiplying by a float/int copy of the mask is much faster on the CPU than masked_fill_ or where,
+        # and a bool->float copy is faster through uint8.
+        done_float = self._done_float.copy_(done.view(torch.uint8))
+        torch.mul(self._running_return, done_float, out=self._final_return)
+        self._running_return.sub_(self._final_return)
+        done_int = self._done_int.copy_(done)
+        torch.mul(self._running_length, done_int, out=self._final_length)
+        self._running_length.sub_(self._final_length)
+
+    def _step_info(self) -> dict[str, torch.Tensor]:
+        return {
+            "final_obs": self._final_obs,
+            "done": self._done,
+            "episode_return": self._final_return,
+            "episode_length": self._final_length,
+        }
+
+    def check_actions(self, actions) -> torch.Tensor:
+        """Return ``actions`` if they fit the action space, else raise an error that says what was expected."""
+        space, name = self.action_space, type(self).__name__
+        if not isinstance(actions, torch.Tensor):
+            raise TypeError(
+                f"{name}.step expects actions as a torch.Tensor on {self.device}, got {type(actions).__name__}; "
+                f"convert with torch.as_tensor(actions, device=env.device)"
+            )
+        if tuple(actions.shape) != self._action_shape:
+            raise ValueError(
+                f"{name}.step expects actions of shape {self._action_shape} ([num_envs, *action_space.shape] "
+                f"for {space}), got {tuple(actions.shape)}"
+            )
+        if actions.device != self.device:
+            raise ValueError(f"{name}.step expects actions on {self.device}, got actions on {actions.device}")
+        discrete = isinstance(space, (gym.spaces.Discrete, gym.spaces.MultiDiscrete))
+        if discrete and (actions.dtype.is_floating_point or actions.dtype.is_complex or actions.dtype == torch.bool):
+            raise TypeError(f"{name}.step expects integer actions for {space}, got dtype {actions.dtype}")
+        if not discrete and not actions.dtype.is_floating_point:
+            raise TypeError(f"{name}.step expects floating-point actions for {space}, got dtype {actions.dtype}")
+        if self.check_values:
+            if discrete:
+                self._check_action_range(actions)
+            elif not bool(torch.isfinite(actions).all()):
+                bad = (~torch.isfinite(actions)).reshape(self.num_envs, -1).any(1).nonzero().squeeze(1)
+                first = int(bad[0])
+                raise ValueError(
+                    f"{name}.step got non-finite actions in {bad.numel()} of {self.num_envs} environments "
+                    f"(first: env {first}, action {actions[first].tolist()})"
+                )
+        return actions
+
+    def _check_action_range(self, actions: torch.Tensor) -> None:
+        space = self.action_space
+        if isinstance(space, gym.spaces.Discrete):
+            low, high = int(space.start), int(space.start + space.n)
+            smallest, largest = torch.aminmax(actions)  # one pass; comparisons into bool cost several
+            if int(smallest) >= low and int(largest) < high:
+                return
+        else:
+            low = torch.as_tensor(np.asarray(space.start), device=self.device)
+            high = low + torch.as_tensor(np.asarray(space.nvec), device=self.device)
+            if not bool(((actions < low) | (actions >= high)).any()):
+                return
+        outside = ((actions < low) | (actions >= high)).reshape(self.num_envs, -1).any(1)
+        bad = outside.nonzero().squeeze(1)
+        first = int(bad[0])
+        valid = f"{low} to {high - 1}" if isinstance(low, int) else f"{low.tolist()} to {(high - 1).tolist()}"
+        raise ValueError(
+            f"{type(self).__name__}.step got actions outside {space} (valid: {valid}) in {bad.numel()} of "
+            f"{self.num_envs} environments (first: env {first}, action {actions[first].tolist()})"
+        )
+
+    def _write_state(self, dst: torch.Tensor, state, env_ids: torch.Tensor | None, what: str = "state") -> None:
+        """Check ``state`` against ``dst`` (``[N, ...]``) and write it into all rows or into ``env_ids``."""
+        name = type(self).__name__
+        state = torch.as_tensor(state)
+        if env_ids is not None:
+            env_ids = torch.as_tensor(env_ids, device=self.device)
+            if env_ids.dim() != 1 or env_ids.dtype.is_floating_point or env_ids.dtype == torch.bool:
+                raise ValueError(f"{name}.set_state expects env_ids as a 1-D integer tensor, got {env_ids!r}")
+            if env_ids.numel() and (int(env_ids.min()) < 0 or int(env_ids.max()) >= self.num_envs):
+                raise ValueError(f"{name}.set_state got env_ids outside [0, {self.num_envs})")
+        rows = self.num_envs if env_ids is None else env_ids.numel()
+        expected = (rows, *dst.shape[1:])
+        if tuple(state.shape) != expected:
+            raise ValueError(f"{name}.set_state expects {what} of shape {expected}, got {tuple(state.shape)}")
+        if not torch.isfinite(state).all():
+            raise ValueError(f"{name}.set_state got a non-finite {what}")
+        state = state.to(device=self.device, dtype=dst.dtype)
+        if env_ids is None:
+            dst.copy_(state)
+        else:
+            dst[env_ids] = state
