@@ -1,0 +1,54 @@
+"""The package layout and the one-way import direction of DESIGN.md."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+import subprocess
+import sys
+
+import rl_suite
+import rl_suite.agents
+import rl_suite.envs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def imported_modules(folder: pathlib.Path) -> dict[str, set[str]]:
+    found = {}
+    for path in folder.rglob("*.py"):
+        names = set()
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                names.add(node.module)
+        found[str(path.relative_to(ROOT))] = names
+    return found
+
+
+def test_core_imports_neither_envs_nor_agents():
+    for path, names in imported_modules(ROOT / "rl_suite").items():
+        bad = {
+            n
+            for n in names
+            if n.split(".")[0] in ("envs", "agents") or n.startswith(("rl_suite.envs", "rl_suite.agents"))
+        }
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_envs_import_no_agents():
+    for path, names in imported_modules(ROOT / "envs").items():
+        bad = {n for n in names if n.startswith("rl_suite.agents") or n.split(".")[0] == "agents"}
+        assert not bad, f"{path} imports {bad}"
+
+
+def test_envs_and_agents_install_inside_the_rl_suite_namespace():
+    assert pathlib.Path(rl_suite.envs.__file__).resolve().parent == ROOT / "envs"
+    assert pathlib.Path(rl_suite.agents.__file__).resolve().parent == ROOT / "agents"
+
+
+def test_no_top_level_envs_or_agents_module_is_installed(tmp_path):
+    code = "import importlib.util as u; print(*(u.find_spec(m) for m in ('envs', 'agents', 'rl_suite.envs.classic')))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
+    assert out.startswith("None None ModuleSpec(name='rl_suite.envs.classic'")
