@@ -121,16 +121,19 @@ class VecEnv:
         obs_shape = (n, *observation_space.shape)
         self._obs = torch.zeros(obs_shape, device=device)
         self._final_obs = torch.zeros(obs_shape, device=device)
-        self._reward = torch.zeros(n, device=device)
+        # Per-step increments of the running episode statistics: row 0 is the reward buffer that simulators write,
+        # row 1 is ones (one step more), so one add updates both statistics.
+        self._increment = torch.ones(2, n, device=device)
+        self._reward = self._increment[0].zero_()
         self._terminated = torch.zeros(n, device=device, dtype=torch.bool)
         self._truncated = torch.zeros(n, device=device, dtype=torch.bool)
         self._done = torch.zeros(n, device=device, dtype=torch.bool)
-        self._running_return = torch.zeros(n, device=device)
-        self._running_length = torch.zeros(n, device=device, dtype=torch.int32)
-        self._final_return = torch.zeros(n, device=device)
+        # (return, length) of the running episodes, and of those that ended this step. Float32 counts steps
+        # exactly up to 2**24 per episode.
+        self._running = torch.zeros(2, n, device=device)
+        self._final = torch.zeros(2, n, device=device)
         self._final_length = torch.zeros(n, device=device, dtype=torch.int32)
         self._done_float = torch.zeros(n, device=device)
-        self._done_int = torch.zeros(n, device=device, dtype=torch.int32)
         self._all_envs = Selection(ids=torch.arange(n, device=device))
 
     # -- the contract -------------------------------------------------------------------------------------
@@ -139,8 +142,7 @@ class VecEnv:
         """Start a new episode in every environment; with ``seed``, restart the random streams first."""
         if seed is not None:
             self.rng.seed(seed)
-        self._running_return.zero_()
-        self._running_length.zero_()
+        self._running.zero_()
         self._reset_envs(self._all_envs)
         self._observe(self._obs)
         return self._obs
@@ -149,11 +151,10 @@ class VecEnv:
         """Advance every environment by one step; see the module docstring."""
         actions = self.check_actions(actions)
         reward, terminated = self._advance(actions)
-        self._running_length += 1
-        self._running_return += reward
+        self._running.add_(self._increment)
         truncated = self._truncated
         if self.max_episode_steps is not None:
-            torch.ge(self._running_length, self.max_episode_steps, out=truncated)
+            torch.ge(self._running[1], self.max_episode_steps, out=truncated)
         done = torch.logical_or(terminated, truncated, out=self._done)
         self._observe(self._final_obs)
         self._close_episodes(done)
@@ -197,7 +198,8 @@ class VecEnv:
     # -- hooks for native simulators ----------------------------------------------------------------------
 
     def _advance(self, actions: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """Advance the physics of every environment in place; return float32 reward and bool terminated."""
+        """Advance the physics of every environment in place; return ``self._reward`` (written by the hook) and a
+        bool terminated tensor."""
         raise NotImplementedError
 
     def _observe(self, out: torch.Tensor, env_ids: torch.Tensor | None = None) -> None:
@@ -216,20 +218,18 @@ class VecEnv:
 
     def _close_episodes(self, done: torch.Tensor) -> None:
         """Report the return and length of the episodes that ended, and start counting their successors."""
-        # Multiplying by a float/int copy of the mask is much faster on the CPU than masked_fill_ or where,
-        # and a bool->float copy is faster through uint8.
+        # Multiplying by a float copy of the mask is much faster on the CPU than masked_fill_ or where, and a
+        # bool->float copy is faster through uint8.
         done_float = self._done_float.copy_(done.view(torch.uint8))
-        torch.mul(self._running_return, done_float, out=self._final_return)
-        self._running_return.sub_(self._final_return)
-        done_int = self._done_int.copy_(done)
-        torch.mul(self._running_length, done_int, out=self._final_length)
-        self._running_length.sub_(self._final_length)
+        torch.mul(self._running, done_float, out=self._final)
+        self._running.sub_(self._final)
+        self._final_length.copy_(self._final[1])
 
     def _step_info(self) -> dict[str, torch.Tensor]:
         return {
             "final_obs": self._final_obs,
             "done": self._done,
-            "episode_return": self._final_return,
+            "episode_return": self._final[0],
             "episode_length": self._final_length,
         }
 

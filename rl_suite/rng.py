@@ -5,6 +5,9 @@ So each environment has its own stream: what it draws does not depend on ``num_e
 environments, or on whether the draws are made for a few chosen environments (by index) or for all of them
 under a mask. Nothing is drawn for environments that are not selected, and no generator state lives on the
 host. Each stream yields 2**32 draws.
+
+The hash works on 32-bit integers held in int32 tensors, whose multiplications wrap around modulo 2**32 on every
+torch backend; right shifts are made logical by masking off the copied sign bits.
 """
 
 from __future__ import annotations
@@ -12,21 +15,38 @@ from __future__ import annotations
 import numpy as np
 import torch
 
-_MASK32 = 0xFFFFFFFF
 # Weyl increment (2**32 / golden ratio, reduced below 2**31) and the multipliers of a 32-bit avalanche hash
-# (the "lowbias32" family). All are below 2**31, so products with 32-bit values stay below 2**63 in int64.
-_WEYL = 0x61C88647
-_M1 = 0x21F0AAAD
-_M2 = 0x735A2D97
+# (the "lowbias32" family), all odd and below 2**31 so that they fit int32 scalars.
+WEYL = 0x61C88647
+M1 = 0x21F0AAAD
+M2 = 0x735A2D97
 
 
-def mix32(x: torch.Tensor) -> torch.Tensor:
-    """Avalanche hash of 32-bit values held in int64: every input bit flips about half of the output bits."""
-    x = x ^ (x >> 16)
-    x = (x * _M1) & _MASK32
-    x = x ^ (x >> 15)
-    x = (x * _M2) & _MASK32
-    return x ^ (x >> 15)
+class _Constants:
+    """The hash's integers as int32 tensors on one device: a Python int operand costs a dtype conversion per op."""
+
+    def __init__(self, device: torch.device):
+        def const(value: int) -> torch.Tensor:
+            return torch.tensor(value, dtype=torch.int32, device=device)
+
+        self.weyl, self.m1, self.m2 = const(WEYL), const(M1), const(M2)
+        self.shift = {k: const(k) for k in (8, 15, 16)}
+        self.low_bits = {k: const((1 << (32 - k)) - 1) for k in (15, 16)}  # masks that make a shift logical
+
+
+def _xorshift_(x: torch.Tensor, shift: int, scratch: torch.Tensor, c: _Constants) -> torch.Tensor:
+    """``x ^= x >> shift`` in place, with a logical shift."""
+    torch.bitwise_right_shift(x, c.shift[shift], out=scratch).bitwise_and_(c.low_bits[shift])
+    return x.bitwise_xor_(scratch)
+
+
+def mix32_(x: torch.Tensor, c: _Constants) -> torch.Tensor:
+    """Avalanche hash of the 32-bit values in the int32 tensor ``x``, in place: every input bit flips about half of
+    the output bits."""
+    scratch = torch.empty_like(x)
+    _xorshift_(x, 16, scratch, c).mul_(c.m1)
+    _xorshift_(x, 15, scratch, c).mul_(c.m2)
+    return _xorshift_(x, 15, scratch, c)
 
 
 class EnvStreams:
@@ -36,20 +56,22 @@ class EnvStreams:
         self.num_envs = num_envs
         self.device = device
         # Column 0: draws made by each stream so far; column 1: the stream's key. One gather reads both.
-        self._streams = torch.zeros(num_envs, 2, device=device, dtype=torch.int64)
+        self._streams = torch.zeros(num_envs, 2, device=device, dtype=torch.int32)
+        self._draw_offsets = torch.arange(64, device=device, dtype=torch.int32)
+        self._c = _Constants(device)
         self.seed(seed)
 
     @property
     def counter(self) -> torch.Tensor:
-        """How many values each stream has drawn, ``[num_envs]``."""
+        """How many values each stream has drawn, ``[num_envs]`` (modulo 2**32)."""
         return self._streams[:, 0]
 
     def seed(self, seed: int | None) -> None:
         """Restart every stream from ``seed``; ``None`` draws a seed from the operating system."""
-        # SeedSequence spreads any non-negative integer over the key bits.
-        s0, s1 = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint32).tolist()
-        env_index = torch.arange(self.num_envs, device=self.device, dtype=torch.int64)
-        self._streams[:, 1] = mix32(mix32(env_index ^ s0) ^ s1)
+        # SeedSequence spreads any non-negative integer over 64 bits of key material.
+        s0, s1 = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint32).astype(np.int32).tolist()
+        key = torch.arange(self.num_envs, device=self.device, dtype=torch.int32).bitwise_xor_(s0)
+        self._streams[:, 1] = mix32_(mix32_(key, self._c).bitwise_xor_(s1), self._c)
         self._streams[:, 0] = 0
 
     def uniform(
@@ -69,14 +91,18 @@ class EnvStreams:
         if (env_ids is None) == (mask is None):
             raise ValueError("pass exactly one of env_ids and mask")
         streams = self._streams if env_ids is None else self._streams.index_select(0, env_ids)
-        # Each op costs about the same at these sizes, so the count of ops is what to keep small.
-        draw = streams[:, :1] + torch.arange(size, device=self.device)  # [M, size] draw numbers
-        bits = mix32(((draw * _WEYL) & _MASK32) ^ streams[:, 1:])
-        # The 24 high bits give a value in [0, 1) that float32 holds exactly.
-        unit = (bits >> 8).to(dtype)
+        # Each op costs about the same at the sizes met here, so the count of ops is what to keep small.
+        bits = streams[:, :1] + self._draw_offsets[:size]  # [M, size] draw numbers
+        bits.mul_(self._c.weyl).bitwise_xor_(streams[:, 1:])
+        mix32_(bits, self._c)
         if env_ids is not None:
-            self.counter.index_add_(0, env_ids, torch.full_like(env_ids, size))
+            self.counter.index_add_(0, env_ids, self._draw_offsets[size : size + 1].expand(len(env_ids)))
         else:
-            self.counter.add_(mask.to(torch.int64) * size)
-        scale = (torch.as_tensor(high, dtype=dtype, device=self.device) - low) * (1.0 / (1 << 24))
-        return torch.addcmul(torch.as_tensor(low, dtype=dtype, device=self.device), unit, scale)
+            self.counter.add_(mask.to(torch.int32) * size)
+        # The 24 high bits, read as signed, give k / 2**24 in [-1/2, 1/2), which float32 holds exactly.
+        unit = bits.bitwise_right_shift_(self._c.shift[8]).to(dtype)
+        if isinstance(low, (int, float)) and isinstance(high, (int, float)):
+            return unit.mul_((high - low) / (1 << 24)).add_((low + high) / 2)
+        low = torch.as_tensor(low, dtype=dtype, device=self.device)
+        high = torch.as_tensor(high, dtype=dtype, device=self.device)
+        return torch.addcmul(torch.lerp(low, high, 0.5), unit, (high - low).div_(1 << 24))

@@ -66,15 +66,15 @@ def pendulum():
 
 def refused_without_loss(env, actions, error, message):
     """The step is refused with ``message``; the environment is exactly as before, and its next good step counts."""
-    state, obs, lengths = env.get_state(), env._obs.clone(), env._running_length.clone()
+    state, obs, lengths = env.get_state(), env._obs.clone(), env._running[1].clone()
     with pytest.raises(error, match=message):
         env.step(actions)
     assert torch.equal(env.get_state(), state) and torch.equal(env._obs, obs)
-    assert torch.equal(env._running_length, lengths)
+    assert torch.equal(env._running[1], lengths)
     discrete = isinstance(env.action_space, gym.spaces.Discrete)
     good = torch.zeros(env.num_envs, *env.action_space.shape, dtype=torch.int64 if discrete else torch.float32)
     env.step(good)  # one step from a fresh episode ends none of them
-    assert torch.equal(env._running_length, lengths + 1)
+    assert torch.equal(env._running[1], lengths + 1)
 
 
 def test_actions_of_the_wrong_shape(cartpole, pendulum):

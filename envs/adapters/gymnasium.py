@@ -78,8 +78,7 @@ class GymnasiumVecEnv(VecEnv):
         if seed is None:  # the seed given at construction seeds the first reset only
             seed, self._first_seed = self._first_seed, None
         obs, _ = self.vector_env.reset(seed=seed)
-        self._running_return.zero_()
-        self._running_length.zero_()
+        self._running.zero_()
         self._obs.copy_(self._to_tensor(obs))
         return self._obs
 
@@ -99,8 +98,7 @@ class GymnasiumVecEnv(VecEnv):
         self._reward.copy_(torch.from_numpy(np.asarray(reward, dtype=np.float32)))
         self._terminated.copy_(torch.from_numpy(np.asarray(terminated, dtype=bool)))
         self._truncated.copy_(torch.from_numpy(np.asarray(truncated, dtype=bool)))
-        self._running_length += 1
-        self._running_return += self._reward
+        self._running.add_(self._increment)
         done = torch.logical_or(self._terminated, self._truncated, out=self._done)
         self._close_episodes(done)
         return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
