@@ -68,3 +68,24 @@ def test_reseeding_restarts_and_float64_draws_are_supported():
         EnvStreams(4, CPU).uniform(0, 1, 2, env_ids=torch.arange(4)),
         EnvStreams(4, CPU).uniform(0, 1, 2, env_ids=torch.arange(4)),
     )  # None: fresh entropy
+
+
+def _mix32_reference(x: np.ndarray) -> np.ndarray:
+    """The same hash in numpy uint32, whose arithmetic wraps modulo 2**32 by definition."""
+    x = x ^ (x >> np.uint32(16))
+    x = x * np.uint32(0x21F0AAAD)
+    x = x ^ (x >> np.uint32(15))
+    x = x * np.uint32(0x735A2D97)
+    return x ^ (x >> np.uint32(15))
+
+
+def test_int32_tensor_arithmetic_wraps_like_uint32():
+    """The torch hash relies on int32 multiplication wrapping around; check it against well-defined uint32 maths."""
+    seed, n, draws = 12345, 257, 5
+    s0, s1 = np.random.SeedSequence(seed).generate_state(2, dtype=np.uint32)
+    key = _mix32_reference(_mix32_reference(np.arange(n, dtype=np.uint32) ^ s0) ^ s1)
+    draw = np.arange(draws, dtype=np.uint32)
+    bits = _mix32_reference((draw[None, :] * np.uint32(0x61C88647)) ^ key[:, None])
+    expected = (bits.view(np.int32) >> 8).astype(np.float64) / 2**24 + 0.5  # the signed high 24 bits
+    values = EnvStreams(n, CPU, seed=seed).uniform(0.0, 1.0, draws, env_ids=torch.arange(n), dtype=torch.float64)
+    np.testing.assert_array_equal(values.numpy(), expected)

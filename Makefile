@@ -1,0 +1,35 @@
+# The two commands of the README, which work on a fresh machine:
+#   make demo   sets up and runs the main job
+#   make test   sets up and runs the tests (and lint), exactly what CI runs
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+
+.PHONY: setup demo test lint bench clean
+
+# A virtual environment with the suite installed in editable mode. Torch goes first, pinned: a bare `torch`
+# requirement would pull a multi-GB CUDA build where a CPU build is at hand.
+$(VENV)/.installed: setup.cfg pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -c "import torch" 2>/dev/null || $(PY) -m pip install --quiet torch==2.13.0
+	$(PY) -m pip install --quiet -e ".[dev]"
+	touch $@
+
+setup: $(VENV)/.installed
+
+demo: setup
+	$(VENV)/bin/rl-suite throughput --num-envs 1 4096 65536 --seconds 1
+
+lint: setup
+	$(VENV)/bin/ruff check .
+
+# pytest exits non-zero (5) when it collects no tests, so an empty run fails here too.
+test: lint
+	$(PY) -m pytest -q
+
+bench: setup
+	$(PY) benchmarks/env_throughput.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
