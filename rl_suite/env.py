@@ -20,8 +20,10 @@ call. Shapes, with ``N = num_envs``:
 The tensors returned by ``reset`` and ``step`` are buffers owned by the environment and are overwritten by
 the next ``reset`` or ``step``: clone what you keep. Observation and action spaces describe one environment.
 
-Native simulators subclass ``VecEnv`` and implement three hooks over their batched physical state; the
-shared ``reset``/``step`` here do the rest (checks, time limits, auto-reset, episode statistics).
+Native simulators subclass ``VecEnv`` and implement three hooks over their batched physical state (``_advance``,
+``_observe``, ``_reset_envs``, plus ``_state_view`` for ``get_state``/``set_state``); the shared ``reset`` and
+``step`` here do the rest: checks, time limits, auto-reset and episode statistics. Adapters of outside simulators
+override ``reset`` and ``step`` themselves and reuse the checks and the statistics.
 """
 
 from __future__ import annotations
