@@ -1,0 +1,6 @@
+"""The algorithms, one file each, installed as ``rl_suite.agents``."""
+
+from rl_suite.agents.ppo import PPO
+from rl_suite.agents.sac import SAC
+
+__all__ = ["PPO", "SAC"]

@@ -3,10 +3,14 @@
 from __future__ import annotations
 
 import argparse
+import inspect
+import json
+import pathlib
 import platform
 import sys
 
 import torch
+import yaml
 
 
 def _cmd_envs(args) -> int:
@@ -47,6 +51,125 @@ def _cmd_throughput(args) -> int:
     return 0
 
 
+def tuned_settings(algo, env_id: str) -> dict:
+    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own)."""
+    path = pathlib.Path(inspect.getfile(algo)).parent / "hyperparams" / f"{algo.name}.yaml"
+    if not path.is_file():
+        return {}
+    table = yaml.safe_load(path.read_text()) or {}
+    return {**(table.get("default") or {}), **(table.get(env_id) or {})}
+
+
+def _cmd_train(args) -> int:
+    from rl_suite.checkpoint import seed_everything
+    from rl_suite.config import ConfigError, parse_assignments, split_overrides, to_plain
+    from rl_suite.registry import load_algorithm, make
+    from rl_suite.runner import RunConfig, Runner
+
+    algo = load_algorithm(args.algo)
+    flags = {
+        "num_envs": args.num_envs,
+        "seed": args.seed,
+        "device": args.device,
+        "total_steps": args.total_steps,
+        "time_budget_s": args.time_budget,
+        "stop_at_return": args.stop_at_return,
+    }
+    flags = {key: value for key, value in flags.items() if value is not None}
+    overrides = {**flags, **parse_assignments(args.set)}
+    if args.resume:
+        run_dir = pathlib.Path(args.resume)
+        if not (run_dir / "config.yaml").is_file():
+            raise ConfigError(f"{run_dir} is not a run directory: it has no config.yaml")
+        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
+        if (saved["run"]["algo"], saved["run"]["env_id"]) != (algo.name, args.env_id):
+            raise ConfigError(
+                f"{run_dir} is a run of {saved['run']['algo']} on {saved['run']['env_id']}, not of "
+                f"{algo.name} on {args.env_id}"
+            )
+        run_values, agent_values = split_overrides({**saved["run"], **saved["agent"]}, RunConfig, algo.Config)
+        resumable = {"total_steps", "time_budget_s", "stop_at_return", "progress"}
+        changed, _ = split_overrides(overrides, RunConfig, algo.Config)
+        if set(overrides) - resumable:
+            raise ConfigError(f"a resumed run keeps its settings; only {sorted(resumable)} may change")
+        run_values.update(changed)
+    else:
+        run_dir = pathlib.Path(args.run_dir) if args.run_dir else None
+        run_values, agent_values = split_overrides(
+            {**tuned_settings(algo, args.env_id), **overrides}, RunConfig, algo.Config
+        )
+        run_values.update(algo=algo.name, env_id=args.env_id)
+    config = RunConfig(**run_values)
+    seed_everything(config.seed)
+    env = make(config.env_id, num_envs=config.num_envs, device=config.device, seed=config.seed, **config.env_kwargs)
+    try:
+        agent = algo(env.observation_space, env.action_space, algo.Config(**agent_values), device=config.device)
+    except ValueError as error:
+        raise ValueError(f"{algo.name} cannot train on {config.env_id}: {error}") from None
+    runner = Runner(agent, env, config, run_dir=run_dir, resume=bool(args.resume))
+    print(
+        f"training {algo.name} on {config.env_id} with {config.num_envs} envs on {config.device}; "
+        f"run directory {runner.run_dir}"
+    )
+    if not args.resume:
+        print(yaml.safe_dump({"agent": to_plain(agent.config)}, sort_keys=False, default_flow_style=None).rstrip())
+    summary = runner.run()
+    final = summary["final_eval"]
+    line = f"{summary['env_steps']:,} env steps in {summary['wall_time_s']:.1f} s"
+    if final is not None:
+        line += (
+            f"; evaluation over {final['episodes']} episodes: {final['mean_return']:.1f} +- {final['std_return']:.1f}"
+        )
+    if "threshold" in summary:
+        reached = summary["threshold"]
+        line += (
+            f"; reached {reached['return']} after {reached['env_steps']:,} steps and {reached['wall_time_s']:.1f} s"
+            if reached["reached"]
+            else f"; did not reach {reached['return']}"
+        )
+    print(line)
+    return 0
+
+
+def _cmd_eval(args) -> int:
+    from rl_suite.agent import agent_from_description
+    from rl_suite.checkpoint import load_latest
+    from rl_suite.registry import make
+    from rl_suite.runner import evaluate
+
+    run_dir = pathlib.Path(args.run_dir)
+    _, state = load_latest(run_dir)
+    saved = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
+    run = saved.get("run", {})
+    agent = agent_from_description(state, state["agent"], args.device)
+    env = make(state["env_id"], num_envs=args.episodes, device=args.device, seed=args.seed, **run.get("env_kwargs", {}))
+    result = {
+        "env_id": state["env_id"],
+        "algo": state["algo"],
+        "env_steps": state["runner"]["env_steps"],
+        **evaluate(agent, env, seed=args.seed),
+    }
+    if args.json:
+        print(json.dumps(result))
+    else:
+        print(
+            f"{result['algo']} on {result['env_id']} after {result['env_steps']:,} env steps: mean return "
+            f"{result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes"
+        )
+    return 0
+
+
+def _cmd_algos(args) -> int:
+    from rl_suite.registry import ALGORITHMS, load_algorithm
+
+    for name, entry_point in ALGORITHMS.items():
+        algo = load_algorithm(name)
+        spaces = ", ".join(t.__name__ for t in algo.action_space_types)
+        summary = (inspect.getmodule(algo).__doc__ or "").strip().splitlines()[0]
+        print(f"{name:<8} actions: {spaces:<15} {summary}  ({entry_point})")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rl-suite", description="Batched RL for classic control and robotics.")
     commands = parser.add_subparsers(dest="command", required=True)
@@ -60,6 +183,31 @@ def build_parser() -> argparse.ArgumentParser:
     throughput.add_argument("--device", default="cpu")
     throughput.add_argument("--seconds", type=float, default=1.0, help="measuring time per figure")
     throughput.set_defaults(run=_cmd_throughput)
+
+    algos = commands.add_parser("algos", help="list the registered algorithms")
+    algos.set_defaults(run=_cmd_algos)
+
+    train = commands.add_parser("train", help="train an agent; settings come from the shipped YAML, then flags")
+    train.add_argument("algo", help="algorithm, e.g. ppo or sac (see `rl-suite algos`)")
+    train.add_argument("env_id", help="environment id (see `rl-suite envs`), or gym:<id>")
+    train.add_argument("--num-envs", type=int)
+    train.add_argument("--seed", type=int)
+    train.add_argument("--device")
+    train.add_argument("--total-steps", type=int, help="step budget (env steps over all environments)")
+    train.add_argument("--time-budget", type=float, help="wall-clock budget in seconds")
+    train.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
+    train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
+    train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    train.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="any setting, e.g. lr=3e-4")
+    train.set_defaults(run=_cmd_train)
+
+    evaluate = commands.add_parser("eval", help="evaluate a run's newest checkpoint")
+    evaluate.add_argument("run_dir")
+    evaluate.add_argument("--episodes", type=int, default=100)
+    evaluate.add_argument("--seed", type=int, default=12345)
+    evaluate.add_argument("--device", default="cpu")
+    evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.set_defaults(run=_cmd_eval)
     return parser
 
 
@@ -67,7 +215,7 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return args.run(args)
-    except (ValueError, TypeError, RuntimeError) as error:  # bad input: a message, not a traceback
+    except (ValueError, TypeError, RuntimeError, MemoryError) as error:  # bad input: a message, not a traceback
         print(f"rl-suite: error: {error}", file=sys.stderr)
         return 2
 

@@ -184,6 +184,23 @@ class VecEnv:
         self._observe(self._obs)
         return self._obs
 
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        """Everything that decides what the environments do next: the physical state, the random streams, the
+        running episode statistics and the current observations. Checkpoints hold it, so a resumed run continues
+        exactly. Adapters of outside simulators cannot offer it."""
+        return {
+            "state": self._state_view().clone(),
+            "streams": self.rng._streams.clone(),
+            "running": self._running.clone(),
+            "obs": self._obs.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self._state_view().copy_(state["state"])
+        self.rng._streams.copy_(state["streams"])
+        self._running.copy_(state["running"])
+        self._obs.copy_(state["obs"])
+
     def close(self) -> None:
         """Release outside resources (processes, windows); native simulators hold none."""
 

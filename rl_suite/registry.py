@@ -89,6 +89,29 @@ def make(
     return env
 
 
+ALGORITHMS: dict[str, str] = {
+    "ppo": "rl_suite.agents.ppo:PPO",
+    "sac": "rl_suite.agents.sac:SAC",
+}
+
+
+def register_algorithm(name: str, entry_point: str) -> None:
+    """Register an ``Agent`` subclass under ``name`` (for ``rl-suite train NAME ...``)."""
+    ALGORITHMS[name] = entry_point
+
+
+def load_algorithm(name: str):
+    if name not in ALGORITHMS:
+        close = difflib.get_close_matches(name.lower(), list(ALGORITHMS), n=3, cutoff=0.5)
+        hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+        raise UnknownAlgorithmError(f"unknown algorithm {name!r}.{hint} Algorithms: {', '.join(ALGORITHMS)}")
+    return load_entry_point(ALGORITHMS[name])
+
+
+class UnknownAlgorithmError(ValueError):
+    """An algorithm name that is not registered."""
+
+
 def _unknown_id_message(env_id: str) -> str:
     message = f"unknown environment id {env_id!r}."
     close = difflib.get_close_matches(env_id, list(_REGISTRY), n=3, cutoff=0.6)

@@ -1,0 +1,169 @@
+"""What every algorithm is to the rest of the suite: a policy (``act``) plus a learner (``update``).
+
+The runner drives any agent through the same few verbs:
+
+- ``make_buffer(num_envs)``: the storage its collector writes (a rollout or a replay buffer).
+- ``steps_per_iteration``: how many batched env steps to collect before each ``update``.
+- ``act(obs) -> (actions, extras)``: actions for the env, and what the learner needs stored per step (log-probs and
+  values for PPO; noise and times for flow policies; hidden states for recurrent agents).
+- ``update(buffer) -> metrics``: one learning iteration; metrics are a dict of tensors, read only when logged.
+
+Subclasses build their networks and optimisers and register them in ``self.modules`` and ``self.optimizers``, so
+that checkpoints, ``save`` and ``load`` cover them.
+"""
+
+from __future__ import annotations
+
+import os
+import pathlib
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import nn
+
+from rl_suite.config import from_plain, split_overrides, to_plain
+from rl_suite.env import resolve_device
+from rl_suite.spaces import space_from_dict, space_to_dict
+
+
+class Agent:
+    name: ClassVar[str]
+    Config: ClassVar[type]  # a frozen dataclass of documented hyperparameters
+    action_space_types: ClassVar[tuple[type, ...]] = (gym.spaces.Discrete, gym.spaces.Box)
+
+    def __init__(
+        self,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        config=None,
+        device: str | torch.device = "cpu",
+        **overrides,
+    ):
+        if not isinstance(action_space, self.action_space_types):
+            kinds = " or ".join(t.__name__ for t in self.action_space_types)
+            raise ValueError(f"{self.name} needs a {kinds} action space, got {action_space}")
+        if len(observation_space.shape) != 1:
+            raise ValueError(f"{self.name} needs flat observations, got shape {observation_space.shape}")
+        config = config if config is not None else self.Config()
+        if overrides:
+            (values,) = split_overrides(overrides, self.Config)
+            config = type(config)(**{**to_plain(config), **values})
+        self.config = config
+        self.observation_space, self.action_space = observation_space, action_space
+        self.device = resolve_device(device)
+        self.modules: dict[str, nn.Module] = {}
+        self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    # -- what the runner calls; each algorithm implements these ----------------------------------------------
+
+    @property
+    def steps_per_iteration(self) -> int:
+        raise NotImplementedError
+
+    def make_buffer(self, num_envs: int):
+        raise NotImplementedError
+
+    def act(self, obs: torch.Tensor, deterministic: bool = False) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        raise NotImplementedError
+
+    def update(self, buffer) -> dict[str, torch.Tensor]:
+        raise NotImplementedError
+
+    def counters(self) -> dict[str, Any]:
+        """Plain values that a checkpoint must restore besides weights and optimisers (update counts, ...)."""
+        return {}
+
+    def load_counters(self, counters: dict[str, Any]) -> None:
+        for key, value in counters.items():
+            setattr(self, key, value)
+
+    # -- state ------------------------------------------------------------------------------------------------
+
+    def state_dict(self) -> dict[str, Any]:
+        return {
+            "modules": {name: module.state_dict() for name, module in self.modules.items()},
+            "optimizers": {name: opt.state_dict() for name, opt in self.optimizers.items()},
+            "counters": self.counters(),
+        }
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        for name, module in self.modules.items():
+            module.load_state_dict(state["modules"][name])
+        for name, optimizer in self.optimizers.items():
+            optimizer.load_state_dict(state["optimizers"][name])
+        self.load_counters(state["counters"])
+
+    def describe(self) -> dict[str, Any]:
+        """What rebuilds this agent: algorithm, hyperparameters and spaces, as plain data."""
+        return {
+            "algo": self.name,
+            "config": to_plain(self.config),
+            "observation_space": space_to_dict(self.observation_space),
+            "action_space": space_to_dict(self.action_space),
+        }
+
+    # -- stable-baselines3-style conveniences -----------------------------------------------------------------
+
+    @torch.no_grad()
+    def predict(self, obs, deterministic: bool = True):
+        """Actions for ``obs`` (one observation or a batch, numpy or torch); returns the same kind and batching."""
+        is_numpy = not isinstance(obs, torch.Tensor)
+        tensor = torch.as_tensor(np.asarray(obs) if is_numpy else obs, dtype=torch.float32, device=self.device)
+        single = tensor.shape == self.observation_space.shape
+        actions, _ = self.act(tensor.unsqueeze(0) if single else tensor, deterministic=deterministic)
+        actions = actions[0] if single else actions
+        return actions.cpu().numpy() if is_numpy else actions
+
+    def learn(self, env, total_steps: int, run_dir: str | os.PathLike | None = None, **run_settings) -> dict:
+        """Train on ``env`` (a ``VecEnv``) for ``total_steps`` env steps with the shared runner; returns the summary."""
+        from rl_suite.runner import RunConfig, Runner
+
+        settings = dict(
+            algo=self.name,
+            env_id=env.env_id or "custom",
+            num_envs=env.num_envs,
+            device=str(self.device),
+            total_steps=total_steps,
+        )
+        if env.env_id is None:  # an unregistered env: no evaluation env can be built from its id
+            settings["eval_episodes"] = 0
+        settings.update(run_settings)
+        (values,) = split_overrides(settings, RunConfig)
+        return Runner(self, env, RunConfig(**values), run_dir=run_dir).run()
+
+    def save(self, path: str | os.PathLike) -> None:
+        """Write the agent (weights, normalisers, optimisers, hyperparameters, spaces) to ``path``."""
+        from rl_suite.checkpoint import atomic_save
+
+        atomic_save({**self.describe(), "agent": self.state_dict()}, pathlib.Path(path))
+
+    @classmethod
+    def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> Agent:
+        """Rebuild an agent written by ``save`` (or taken from a run's checkpoint); loads tensors only."""
+        from rl_suite.checkpoint import load_checkpoint
+
+        data = load_checkpoint(pathlib.Path(path))
+        if "agent" not in data:
+            raise ValueError(f"{path} holds no agent")
+        return agent_from_description(data, data["agent"], device, expected=cls)
+
+
+def agent_from_description(
+    description: dict[str, Any], state: dict[str, Any] | None, device, expected: type | None = None
+) -> Agent:
+    from rl_suite.registry import load_algorithm
+
+    algo = load_algorithm(description["algo"])
+    if expected is not None and expected is not Agent and algo is not expected:
+        raise ValueError(f"the file holds a {description['algo']} agent, not {expected.name}")
+    agent = algo(
+        space_from_dict(description["observation_space"]),
+        space_from_dict(description["action_space"]),
+        from_plain(algo.Config, description["config"]),
+        device=device,
+    )
+    if state is not None:
+        agent.load_state_dict(state)
+    return agent

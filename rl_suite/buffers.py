@@ -1,0 +1,225 @@
+"""Device-resident storage written by the collector: a ``[T, N, ...]`` rollout for on-policy agents and a replay ring
+buffer with n-step returns for off-policy agents, plus the pure functions that turn them into learning targets.
+
+Both buffers take the same ``add(obs, actions, reward, terminated, truncated, next_obs, **extras)``: ``next_obs`` is
+``info["final_obs"]``, the observation the step reached before any reset, so that truncated episodes bootstrap
+from where they really ended. ``extras`` are whatever the agent's ``act`` returned for the learner to keep.
+"""
+
+from __future__ import annotations
+
+import os
+
+import torch
+
+Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]  # field name -> (shape of one environment's entry, dtype)
+
+
+def gae(
+    rewards: torch.Tensor,
+    values: torch.Tensor,
+    next_values: torch.Tensor,
+    terminated: torch.Tensor,
+    done: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Generalised advantage estimation (Schulman et al., 2016) over ``[T, N]`` tensors.
+
+    ``next_values[t]`` is the value of the observation step ``t`` reached (its ``final_obs``), so a truncated
+    episode bootstraps from its last observation. ``terminated`` cuts the bootstrap; ``done`` (terminated or
+    truncated) cuts the recursion, because step ``t + 1`` then belongs to a new episode.
+    Returns ``(advantages, returns)`` with ``returns = advantages + values``.
+    """
+    # delta_t = r_t + gamma V(s'_t) (1 - terminated_t) - V(s_t)
+    deltas = rewards + gamma * next_values * (~terminated) - values
+    # A_t = delta_t + gamma lambda (1 - done_t) A_{t+1}
+    carry = gamma * lam * (~done)
+    advantages = torch.empty_like(deltas)
+    last = torch.zeros_like(deltas[0])
+    for t in range(deltas.shape[0] - 1, -1, -1):
+        last = deltas[t] + carry[t] * last
+        advantages[t] = last
+    return advantages, advantages + values
+
+
+def check_fits_in_memory(nbytes: int, device: torch.device, what: str, setting: str) -> None:
+    """Refuse, with a message that names ``setting``, storage that cannot fit on ``device``."""
+    if device.type == "cuda":
+        available, _ = torch.cuda.mem_get_info(device)
+    else:
+        available = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    if nbytes > available:
+        raise MemoryError(
+            f"{what} needs {nbytes / 2**30:.2f} GiB on {device}, but only {available / 2**30:.2f} GiB is available; "
+            f"lower {setting}"
+        )
+
+
+def _storage(rows: int, num_envs: int, spec: Spec, device: torch.device) -> dict[str, torch.Tensor]:
+    return {
+        name: torch.zeros((rows, num_envs, *shape), dtype=dtype, device=device) for name, (shape, dtype) in spec.items()
+    }
+
+
+def _spec_bytes(rows: int, num_envs: int, spec: Spec) -> int:
+    return sum(rows * num_envs * torch.Size(shape).numel() * dtype.itemsize for shape, dtype in spec.values())
+
+
+def transition_spec(obs_shape, action_shape, action_dtype, extras: Spec | None = None) -> Spec:
+    """The fields every buffer keeps, and the agent's extras."""
+    return {
+        "obs": (tuple(obs_shape), torch.float32),
+        "actions": (tuple(action_shape), action_dtype),
+        "rewards": ((), torch.float32),
+        "terminated": ((), torch.bool),
+        "truncated": ((), torch.bool),
+        "next_obs": (tuple(obs_shape), torch.float32),
+        **(extras or {}),
+    }
+
+
+class RolloutBuffer:
+    """``steps`` consecutive batched transitions, ``[T, N, ...]`` per field, allocated once and refilled."""
+
+    def __init__(self, steps: int, num_envs: int, spec: Spec, device: torch.device):
+        check_fits_in_memory(
+            _spec_bytes(steps, num_envs, spec), device, "the rollout buffer", "num_envs or the rollout length"
+        )
+        self.steps, self.num_envs, self.device = steps, num_envs, device
+        self.data = _storage(steps, num_envs, spec, device)
+        self.step = 0
+
+    def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
+        fields = dict(
+            obs=obs,
+            actions=actions,
+            rewards=reward,
+            terminated=terminated,
+            truncated=truncated,
+            next_obs=next_obs,
+            **extras,
+        )
+        for name, value in fields.items():
+            self.data[name][self.step].copy_(value)
+        self.step += 1
+
+    @property
+    def full(self) -> bool:
+        return self.step == self.steps
+
+    def clear(self) -> None:
+        self.step = 0
+
+    def __getitem__(self, name: str) -> torch.Tensor:
+        return self.data[name]
+
+    def state_dict(self) -> dict:
+        """What is stored between iterations: nothing, since each update consumes and clears the rollout."""
+        return {"step": self.step, "data": {name: v[: self.step].clone() for name, v in self.data.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.step = state["step"]
+        for name, value in state["data"].items():
+            self.data[name][: self.step].copy_(value)
+
+
+class ReplayBuffer:
+    """A ring of batched transitions, ``[capacity / N, N, ...]`` per field, sampled as n-step transitions.
+
+    Each environment's transitions stay in time order along the first axis, so an n-step window is a run of rows.
+    """
+
+    def __init__(
+        self, capacity: int, num_envs: int, spec: Spec, device: torch.device, n_step: int = 1, gamma: float = 0.99
+    ):
+        if capacity < num_envs * max(n_step, 1):
+            raise ValueError(
+                f"buffer_size={capacity} must hold at least n_step * num_envs = {n_step * num_envs} transitions"
+            )
+        self.rows = capacity // num_envs
+        check_fits_in_memory(
+            _spec_bytes(self.rows, num_envs, spec),
+            device,
+            f"a replay buffer of {self.rows * num_envs:,} transitions",
+            "buffer_size",
+        )
+        self.num_envs, self.device, self.n_step, self.gamma = num_envs, device, n_step, gamma
+        self.data = _storage(self.rows, num_envs, spec, device)
+        self.pos, self.size = 0, 0  # next row to write, rows written (up to self.rows)
+
+    def __len__(self) -> int:
+        return self.size * self.num_envs
+
+    def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
+        fields = dict(
+            obs=obs,
+            actions=actions,
+            rewards=reward,
+            terminated=terminated,
+            truncated=truncated,
+            next_obs=next_obs,
+            **extras,
+        )
+        for name, value in fields.items():
+            self.data[name][self.pos].copy_(value)
+        self.pos = (self.pos + 1) % self.rows
+        self.size = min(self.size + 1, self.rows)
+
+    def state_dict(self) -> dict:
+        """The stored transitions (only the rows written), so that a resumed off-policy run continues exactly."""
+        return {
+            "pos": self.pos,
+            "size": self.size,
+            "data": {name: v[: self.size].clone() for name, v in self.data.items()},
+        }
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pos, self.size = state["pos"], state["size"]
+        for name, value in state["data"].items():
+            self.data[name][: self.size].copy_(value)
+
+    def recent(self, name: str, rows: int) -> torch.Tensor:
+        """The newest ``rows`` batched entries of field ``name``, ``[rows, N, ...]``."""
+        index = (self.pos - 1 - torch.arange(min(rows, self.size), device=self.device)) % self.rows
+        return self.data[name][index]
+
+    def can_sample(self) -> bool:
+        return self.size >= self.n_step
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` n-step transitions, uniformly over complete windows: ``obs``, ``actions``, ``rewards``
+        (the discounted sum over the window, which stops at an episode's end), ``next_obs`` (where the window
+        ended) and ``discount`` (``gamma**m``, zero if the window ended by termination)."""
+        if not self.can_sample():
+            raise ValueError(f"cannot sample {self.n_step}-step transitions from {len(self)} stored ones")
+        # Windows start at the oldest row and must not run past the newest one.
+        starts = self.size - self.n_step + 1
+        oldest = self.pos if self.size == self.rows else 0
+        row = (oldest + torch.randint(0, starts, (batch_size,), device=self.device)) % self.rows
+        env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
+        d = self.data
+        batch = {
+            name: d[name][row, env] for name in d if name not in ("rewards", "terminated", "truncated", "next_obs")
+        }
+        if self.n_step == 1:
+            batch.update(
+                rewards=d["rewards"][row, env],
+                next_obs=d["next_obs"][row, env],
+                discount=self.gamma * (~d["terminated"][row, env]),
+            )
+            return batch
+        rewards = torch.zeros(batch_size, device=self.device)
+        discount = torch.ones(batch_size, device=self.device)
+        alive = torch.ones(batch_size, dtype=torch.bool, device=self.device)
+        last, terminated = row, torch.zeros(batch_size, dtype=torch.bool, device=self.device)
+        for k in range(self.n_step):
+            r = (row + k) % self.rows
+            # Steps after the episode's end do not count; `alive` says whether step k is still in it.
+            rewards += torch.where(alive, discount * d["rewards"][r, env], 0.0)
+            discount = torch.where(alive, discount * self.gamma, discount)
+            last = torch.where(alive, r, last)
+            terminated = torch.where(alive, d["terminated"][r, env], terminated)
+            alive = alive & ~(d["terminated"][r, env] | d["truncated"][r, env])
+        batch.update(rewards=rewards, next_obs=d["next_obs"][last, env], discount=discount * (~terminated))
+        return batch

@@ -1,0 +1,110 @@
+"""Settings as frozen dataclasses, overridden from YAML files and ``--set KEY=VALUE``, with clear errors."""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from typing import Any
+
+import yaml
+
+
+class ConfigError(ValueError):
+    """A setting that does not exist or does not parse."""
+
+
+def field_types(cls) -> dict[str, Any]:
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls)}
+
+
+def parse_assignments(items: list[str]) -> dict[str, Any]:
+    """``["lr=1e-3", "hidden=[64, 64]"]`` -> ``{"lr": "1e-3", "hidden": [64, 64]}`` (values parsed as YAML)."""
+    parsed = {}
+    for item in items:
+        key, eq, value = item.partition("=")
+        if not eq or not key.strip():
+            raise ConfigError(f"--set expects KEY=VALUE, got {item!r}")
+        try:
+            parsed[key.strip()] = yaml.safe_load(value)
+        except yaml.YAMLError as error:
+            raise ConfigError(f"cannot parse the value of {key.strip()!r}: {value!r}") from error
+    return parsed
+
+
+def coerce(value: Any, annotation: Any, key: str) -> Any:
+    """Convert ``value`` to the annotated type: int, float, bool, str, tuples, ``X | None`` and dicts."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin in (typing.Union, types.UnionType):
+        if value is None or (isinstance(value, str) and value.lower() in ("none", "null")):
+            if type(None) in args:
+                return None
+        inner = [a for a in args if a is not type(None)]
+        return coerce(value, inner[0], key)
+    try:
+        if annotation is bool:
+            if isinstance(value, str) and value.lower() in ("true", "false", "1", "0", "yes", "no"):
+                return value.lower() in ("true", "1", "yes")
+            if isinstance(value, (bool, int)):
+                return bool(value)
+            raise ValueError
+        if annotation is int:
+            number = float(value)
+            if not number.is_integer() or isinstance(value, bool):
+                raise ValueError
+            return int(number)
+        if annotation is float:
+            if isinstance(value, bool):
+                raise ValueError
+            return float(value)
+        if annotation is str:
+            return str(value)
+        if origin is tuple:
+            return tuple(coerce(v, args[0], key) for v in (value if isinstance(value, (list, tuple)) else [value]))
+        if origin is dict or annotation is dict:
+            if not isinstance(value, dict):
+                raise ValueError
+            return dict(value)
+    except (TypeError, ValueError):
+        name = getattr(annotation, "__name__", str(annotation))
+        raise ConfigError(f"setting {key!r} expects {name}, got {value!r}") from None
+    return value
+
+
+def split_overrides(overrides: dict[str, Any], *classes) -> list[dict[str, Any]]:
+    """Share ``overrides`` out between the dataclasses ``classes`` by field name; an unknown key is an error that
+    suggests close matches."""
+    shares = [{} for _ in classes]
+    known = [field_types(cls) for cls in classes]
+    for key, value in overrides.items():
+        for share, types_ in zip(shares, known, strict=True):
+            if key in types_:
+                share[key] = coerce(value, types_[key], key)
+                break
+        else:
+            names = sorted(set().union(*known))
+            close = difflib.get_close_matches(key, names, n=3)
+            hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
+            raise ConfigError(f"unknown setting {key!r}.{hint} Settings: {', '.join(names)}")
+    return shares
+
+
+def to_plain(config) -> dict[str, Any]:
+    """A dataclass as YAML- and checkpoint-safe plain data (tuples become lists)."""
+
+    def plain(value):
+        if isinstance(value, (tuple, list)):
+            return [plain(v) for v in value]
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        return value
+
+    return {f.name: plain(getattr(config, f.name)) for f in dataclasses.fields(config)}
+
+
+def from_plain(cls, data: dict[str, Any]):
+    """The dataclass ``cls`` from plain data written by ``to_plain``."""
+    (values,) = split_overrides(data, cls)
+    return cls(**values)

@@ -1,0 +1,236 @@
+"""Networks shared by the agents: MLP bodies, action distributions and their heads, action scaling and running
+observation normalisation.
+
+The distributions are small classes over their parameters, without torch.distributions' argument validation: they
+sit on the hot path of every rollout step and every minibatch.
+"""
+
+from __future__ import annotations
+
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
+
+
+def mlp(in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str = "tanh", out_gain: float = 1.0):
+    """A multi-layer perceptron with orthogonal initialisation: gain sqrt(2) in the body, ``out_gain`` at the end
+    (small for policy outputs, so the first policy is close to uniform)."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"unknown activation {activation!r}; choose one of {sorted(ACTIVATIONS)}")
+    layers, size = [], in_dim
+    for width in hidden:
+        layers += [_init(nn.Linear(size, width), math.sqrt(2)), ACTIVATIONS[activation]()]
+        size = width
+    layers.append(_init(nn.Linear(size, out_dim), out_gain))
+    return nn.Sequential(*layers)
+
+
+def _init(layer: nn.Linear, gain: float) -> nn.Linear:
+    nn.init.orthogonal_(layer.weight, gain)
+    nn.init.zeros_(layer.bias)
+    return layer
+
+
+class EnsembleLinear(nn.Module):
+    """``members`` independent linear layers as one batched matmul: ``[members, B, in] -> [members, B, out]``."""
+
+    def __init__(self, members: int, in_features: int, out_features: int, gain: float):
+        super().__init__()
+        layers = [_init(nn.Linear(in_features, out_features), gain) for _ in range(members)]
+        self.weight = nn.Parameter(torch.stack([layer.weight.T for layer in layers]).contiguous())
+        self.bias = nn.Parameter(torch.stack([layer.bias for layer in layers]).unsqueeze(1))
+
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        if frozen:  # the same values, but no gradient flows to the parameters
+            return torch.baddbmm(self.bias.detach(), x, self.weight.detach())
+        return torch.baddbmm(self.bias, x, self.weight)
+
+
+class EnsembleMLP(nn.Module):
+    """``members`` MLPs of the same shape evaluated together, e.g. SAC's twin critics: one batched matmul per layer
+    instead of one per member. Input ``[B, in]`` (shared) or ``[members, B, in]``; output ``[members, B, out]``."""
+
+    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str = "relu"):
+        super().__init__()
+        sizes = [in_dim, *hidden]
+        self.members = members
+        self.hidden = nn.ModuleList(
+            EnsembleLinear(members, a, b, math.sqrt(2)) for a, b in zip(sizes, sizes[1:], strict=False)
+        )
+        self.out = EnsembleLinear(members, sizes[-1], out_dim, 1.0)
+        self.activation = ACTIVATIONS[activation]()
+
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        """With ``frozen``, gradients reach the input but not the parameters (SAC's actor loss through the critics)."""
+        if x.dim() == 2:
+            x = x.expand(self.members, *x.shape)
+        for layer in self.hidden:
+            x = self.activation(layer(x, frozen))
+        return self.out(x, frozen)
+
+
+class RunningNorm(nn.Module):
+    """Observation normalisation with running statistics: ``clip((x - mean) / sqrt(var + eps))``.
+
+    The statistics are buffers, so they are saved with the policy and travel into exported graphs. They are
+    merged batch by batch with the parallel formula of Chan et al., in float64.
+    """
+
+    def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
+        super().__init__()
+        self.clip, self.eps = clip, eps
+        self.register_buffer("mean", torch.zeros(shape, dtype=torch.float64))
+        self.register_buffer("var", torch.ones(shape, dtype=torch.float64))
+        self.register_buffer("count", torch.zeros((), dtype=torch.float64))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        std = torch.sqrt(self.var + self.eps).to(x.dtype)
+        return ((x - self.mean.to(x.dtype)) / std).clamp(-self.clip, self.clip)
+
+    @torch.no_grad()
+    def update(self, x: torch.Tensor) -> None:
+        """Merge the statistics of a batch ``[..., *shape]``."""
+        batch = x.reshape(-1, *self.mean.shape).to(torch.float64)
+        count = batch.shape[0]
+        mean, var = batch.mean(0), batch.var(0, unbiased=False)
+        total = self.count + count
+        delta = mean - self.mean
+        self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / total) / total)
+        self.mean.add_(delta * count / total)
+        self.count.copy_(total)
+
+
+class ActionScaler(nn.Module):
+    """Maps policy actions in ``[-1, 1]`` to a ``Box``'s bounds (clipping first), and back. Unbounded dimensions
+    pass through unchanged."""
+
+    def __init__(self, space: gym.spaces.Box):
+        super().__init__()
+        low, high = torch.as_tensor(space.low, dtype=torch.float32), torch.as_tensor(space.high, dtype=torch.float32)
+        bounded = torch.isfinite(low) & torch.isfinite(high)
+        self.register_buffer("center", torch.where(bounded, (high + low) / 2, 0.0))
+        self.register_buffer("half_range", torch.where(bounded, (high - low) / 2, 1.0))
+        self.register_buffer("bounded", bounded)
+
+    def forward(self, action: torch.Tensor) -> torch.Tensor:
+        clipped = torch.where(self.bounded, action.clamp(-1.0, 1.0), action)
+        return self.center + self.half_range * clipped
+
+    def unscale(self, env_action: torch.Tensor) -> torch.Tensor:
+        return (env_action - self.center) / self.half_range
+
+
+class Categorical:
+    """A categorical distribution over ``logits[..., n]``."""
+
+    def __init__(self, logits: torch.Tensor):
+        self.logits = logits - logits.logsumexp(-1, keepdim=True)
+
+    def sample(self) -> torch.Tensor:
+        return torch.multinomial(self.logits.exp().reshape(-1, self.logits.shape[-1]), 1).reshape(
+            self.logits.shape[:-1]
+        )
+
+    def mode(self) -> torch.Tensor:
+        return self.logits.argmax(-1)
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        return self.logits.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return -(self.logits.exp() * self.logits).sum(-1)
+
+
+class DiagGaussian:
+    """A Gaussian with diagonal covariance; log-probabilities and entropies sum over the action dimensions."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean, self.log_std = mean, log_std.expand_as(mean)
+
+    def sample(self) -> torch.Tensor:
+        return self.mean + self.log_std.exp() * torch.randn_like(self.mean)
+
+    def mode(self) -> torch.Tensor:
+        return self.mean
+
+    def log_prob(self, action: torch.Tensor) -> torch.Tensor:
+        z = (action - self.mean) * torch.exp(-self.log_std)
+        return (-0.5 * z.square() - self.log_std - 0.5 * math.log(2 * math.pi)).sum(-1)
+
+    def entropy(self) -> torch.Tensor:
+        return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+
+class TanhGaussian:
+    """``tanh(u)`` with ``u`` Gaussian: actions in ``(-1, 1)``, with the change-of-variables correction in the
+    log-probability (Haarnoja et al., 2018, appendix C), written stably as ``2 (log 2 - u - softplus(-2 u))``."""
+
+    def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
+        self.mean, self.log_std = mean, log_std
+
+    def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample and its log-probability."""
+        noise = torch.randn_like(self.mean)
+        u = self.mean + self.log_std.exp() * noise
+        log_prob = -0.5 * noise.square() - self.log_std - 0.5 * math.log(2 * math.pi)
+        log_prob = log_prob - 2 * (math.log(2) - u - F.softplus(-2 * u))
+        return torch.tanh(u), log_prob.sum(-1)
+
+    def mode(self) -> torch.Tensor:
+        return torch.tanh(self.mean)
+
+
+def policy_head(action_space: gym.Space, in_dim: int, hidden: tuple[int, ...], activation: str, init_log_std: float):
+    """The actor of an on-policy agent for ``action_space``: an MLP to categorical logits (``Discrete``) or to a
+    Gaussian mean with a learned, state-independent log standard deviation (``Box``)."""
+    if isinstance(action_space, gym.spaces.Discrete):
+        return CategoricalPolicy(mlp(in_dim, hidden, int(action_space.n), activation, out_gain=0.01))
+    if isinstance(action_space, gym.spaces.Box) and len(action_space.shape) == 1:
+        return GaussianPolicy(mlp(in_dim, hidden, action_space.shape[0], activation, out_gain=0.01), init_log_std)
+    raise ValueError(f"no policy for action space {action_space}: use Discrete or a 1-D Box")
+
+
+class CategoricalPolicy(nn.Module):
+    def __init__(self, net: nn.Module):
+        super().__init__()
+        self.net = net
+
+    def forward(self, features: torch.Tensor) -> Categorical:
+        return Categorical(self.net(features))
+
+
+class GaussianPolicy(nn.Module):
+    def __init__(self, net: nn.Module, init_log_std: float):
+        super().__init__()
+        self.net = net
+        self.log_std = nn.Parameter(torch.full((net[-1].out_features,), float(init_log_std)))
+
+    def forward(self, features: torch.Tensor) -> DiagGaussian:
+        return DiagGaussian(self.net(features), self.log_std)
+
+
+class TanhGaussianPolicy(nn.Module):
+    """SAC's actor: an MLP to the mean and a state-dependent log standard deviation, clamped to
+    ``[log_std_min, log_std_max]``."""
+
+    def __init__(
+        self,
+        in_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        activation: str = "relu",
+        log_std_min: float = -5.0,
+        log_std_max: float = 2.0,
+    ):
+        super().__init__()
+        self.net = mlp(in_dim, hidden, 2 * act_dim, activation, out_gain=0.01)
+        self.log_std_min, self.log_std_max = log_std_min, log_std_max
+
+    def forward(self, features: torch.Tensor) -> TanhGaussian:
+        mean, log_std = self.net(features).chunk(2, dim=-1)
+        return TanhGaussian(mean, log_std.clamp(self.log_std_min, self.log_std_max))

@@ -1,0 +1,305 @@
+"""The one training loop every agent uses: collect, update, log, evaluate, checkpoint.
+
+A run stops at a step budget, at a time budget, or when the evaluation's mean return reaches a threshold, and
+leaves behind its run directory:
+
+    config.yaml          every setting, enough to rerun
+    events.out.tfevents* TensorBoard scalars
+    checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
+    summary.json         env_steps, wall_time_s, final_eval, and threshold when one was set
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime
+import json
+import math
+import pathlib
+import time
+import warnings
+from typing import Any
+
+import torch
+import yaml
+
+from rl_suite.checkpoint import (
+    atomic_save,
+    checkpoint_path,
+    load_latest,
+    prune,
+    rng_state,
+    set_rng_state,
+)
+from rl_suite.collector import Collector
+from rl_suite.config import to_plain
+from rl_suite.env import VecEnv
+
+
+@dataclasses.dataclass(frozen=True)
+class RunConfig:
+    """How a run goes; the agent's hyperparameters are in its own config."""
+
+    algo: str = "ppo"
+    """Algorithm name, as registered (``rl-suite algos``)."""
+    env_id: str = "CartPole-v1"
+    """Environment id, as registered (``rl-suite envs``), or ``gym:<id>``."""
+    num_envs: int = 16
+    """Environments stepped in parallel for training."""
+    seed: int = 0
+    """Seeds torch, the training envs' random streams and the evaluation envs' (with an offset)."""
+    device: str = "cpu"
+    """Where the envs, the buffers and the networks live."""
+    total_steps: int = 100_000
+    """Step budget: env steps summed over all environments."""
+    time_budget_s: float | None = None
+    """Wall-clock budget in seconds, evaluation included; ``None`` for none."""
+    stop_at_return: float | None = None
+    """Stop as soon as an evaluation's mean return reaches this; ``None`` to train for the whole budget."""
+    eval_every_steps: int = 25_000
+    """Evaluate every this many env steps (and at the end)."""
+    eval_episodes: int = 100
+    """Episodes per evaluation, run at once on a batched env (one episode per environment)."""
+    log_every_steps: int = 10_000
+    """Write scalars and refresh the progress display every this many env steps."""
+    checkpoint_every_steps: int = 100_000
+    """Write a checkpoint every this many env steps (and at the end)."""
+    keep_checkpoints: int = 2
+    """How many of the newest checkpoints to keep."""
+    checkpoint_buffer: bool = True
+    """Include a replay buffer's contents in checkpoints, so that a resumed off-policy run continues exactly."""
+    progress: bool = True
+    """Show a progress bar on the terminal."""
+    env_kwargs: dict = dataclasses.field(default_factory=dict)
+    """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
+
+
+def default_run_dir(config: RunConfig) -> pathlib.Path:
+    stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
+    return (
+        pathlib.Path("runs")
+        / f"{config.algo}-{config.env_id.replace(':', '_').replace('/', '_')}-s{config.seed}-{stamp}"
+    )
+
+
+@torch.no_grad()
+def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
+    """Mean and standard deviation of the return of the deterministic policy over ``env.num_envs`` episodes: the
+    first episode of each environment, so that short episodes are not over-represented."""
+    obs = env.reset(seed=seed)
+    returns = torch.zeros(env.num_envs, device=env.device)
+    finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    steps = 0
+    while True:
+        actions, _ = agent.act(obs, deterministic=True)
+        obs, _, _, _, info = env.step(actions)
+        returns = torch.where(info["done"] & ~finished, info["episode_return"], returns)
+        finished |= info["done"]
+        steps += 1
+        # Ask the device whether all have finished only now and then: each question is a host sync.
+        if (steps % 32 == 0 or steps == env.max_episode_steps) and bool(finished.all()):
+            break
+    returns = returns.double()
+    return {
+        "mean_return": returns.mean().item(),
+        "std_return": returns.std(unbiased=False).item(),
+        "episodes": env.num_envs,
+    }
+
+
+class Runner:
+    """Trains ``agent`` on ``env`` as ``config`` says, writing the run directory ``run_dir``.
+
+    With ``resume=True`` it continues from the newest readable checkpoint in ``run_dir``; on the CPU the resumed run
+    ends bitwise equal to one that never stopped.
+    """
+
+    def __init__(
+        self, agent, env: VecEnv, config: RunConfig, run_dir=None, eval_env: VecEnv | None = None, resume: bool = False
+    ):
+        from rl_suite.registry import make
+
+        self.agent, self.env, self.config = agent, env, config
+        self.run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        if eval_env is None and config.eval_episodes > 0:
+            eval_env = make(
+                config.env_id,
+                num_envs=config.eval_episodes,
+                device=env.device,
+                seed=config.seed + 1_000_003,
+                **config.env_kwargs,
+            )
+        self.eval_env = eval_env
+        self.buffer = agent.make_buffer(env.num_envs)
+        self.collector = Collector(env, agent, self.buffer)
+        # Counters a checkpoint restores.
+        self.env_steps = self.iterations = 0
+        self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
+        self.next_log, self.next_eval = config.log_every_steps, config.eval_every_steps
+        self.next_checkpoint = config.checkpoint_every_steps
+        self.last_eval: dict[str, Any] | None = None
+        self.threshold: dict[str, Any] | None = None
+        if resume:
+            self._restore()
+        else:
+            self._write_config()
+
+    # -- the loop ---------------------------------------------------------------------------------------------
+
+    def run(self) -> dict[str, Any]:
+        from rl_suite.logger import RunLogger
+
+        config, steps_per_iteration = self.config, self.agent.steps_per_iteration * self.env.num_envs
+        logger = RunLogger(self.run_dir, config.total_steps, self.env_steps, config.progress)
+        started = time.perf_counter() - self.wall_time_before
+        window = (time.perf_counter(), self.env_steps, self.iterations)
+        metrics: dict[str, torch.Tensor] = {}
+        stop = self._should_stop(started)
+        try:
+            while not stop:
+                self.collector.collect(self.agent.steps_per_iteration)
+                metrics = self.agent.update(self.buffer, progress=self.env_steps / config.total_steps)
+                self.env_steps += steps_per_iteration
+                self.iterations += 1
+                stop = self._should_stop(started)
+                if self.env_steps >= self.next_log or stop:
+                    self.next_log = _next(self.env_steps, config.log_every_steps)
+                    window = self._log(logger, metrics, window)
+                if self.eval_env is not None and (self.env_steps >= self.next_eval or stop):
+                    self.next_eval = _next(self.env_steps, config.eval_every_steps)
+                    self._evaluate(logger, time.perf_counter() - started)
+                    stop = stop or self.threshold is not None and self.threshold["reached"]
+                if self.env_steps >= self.next_checkpoint or stop:
+                    self.next_checkpoint = _next(self.env_steps, config.checkpoint_every_steps)
+                    self._checkpoint(time.perf_counter() - started)
+        except KeyboardInterrupt:
+            logger.message("interrupted: writing a checkpoint")
+            self._checkpoint(time.perf_counter() - started)
+            raise
+        finally:
+            logger.close()
+        summary = self._summary(time.perf_counter() - started)
+        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        return summary
+
+    def _should_stop(self, started: float) -> bool:
+        budget = self.config.time_budget_s
+        return self.env_steps >= self.config.total_steps or (
+            budget is not None and time.perf_counter() - started >= budget
+        )
+
+    def _log(self, logger, metrics, window):
+        now, steps, iterations = time.perf_counter(), self.env_steps, self.iterations
+        elapsed = max(now - window[0], 1e-9)
+        values = {f"train/{name}": float(value) for name, value in metrics.items()}  # one host sync per metric
+        values["time/env_steps_per_s"] = (steps - window[1]) / elapsed
+        values["time/updates_per_s"] = (iterations - window[2]) / elapsed
+        episodes = self.collector.stats.read()
+        if episodes is not None:
+            values["rollout/episode_return"] = episodes["episode_return"]
+            values["rollout/episode_length"] = episodes["episode_length"]
+        logger.scalars(steps, values)
+        postfix = {
+            "return": values.get("rollout/episode_return", float("nan")),
+            "steps/s": round(values["time/env_steps_per_s"]),
+        }
+        if self.last_eval is not None:
+            postfix["eval"] = self.last_eval["mean_return"]
+        logger.progress(steps, **postfix)
+        return now, steps, iterations
+
+    def _evaluate(self, logger, wall_time: float) -> None:
+        self.last_eval = evaluate(self.agent, self.eval_env, seed=self.config.seed + 1_000_003)
+        logger.scalars(
+            self.env_steps,
+            {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]},
+        )
+        target = self.config.stop_at_return
+        if target is not None and self.last_eval["mean_return"] >= target and not (self.threshold or {}).get("reached"):
+            self.threshold = {"return": target, "reached": True, "env_steps": self.env_steps, "wall_time_s": wall_time}
+            logger.message(
+                f"evaluation return {self.last_eval['mean_return']:.1f} reached {target} after "
+                f"{self.env_steps:,} env steps and {wall_time:.1f} s"
+            )
+
+    def _summary(self, wall_time: float) -> dict[str, Any]:
+        summary = {
+            "algo": self.config.algo,
+            "env_id": self.config.env_id,
+            "env_steps": self.env_steps,
+            "iterations": self.iterations,
+            "wall_time_s": wall_time,
+            "final_eval": self.last_eval,
+        }
+        if self.config.stop_at_return is not None:
+            summary["threshold"] = self.threshold or {
+                "return": self.config.stop_at_return,
+                "reached": False,
+                "env_steps": None,
+                "wall_time_s": None,
+            }
+        return summary
+
+    # -- the run directory ------------------------------------------------------------------------------------
+
+    def _write_config(self) -> None:
+        data = {"run": to_plain(self.config), "agent": to_plain(self.agent.config)}
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+
+    def _checkpoint(self, wall_time: float) -> None:
+        try:
+            env_state = self.env.state_dict()
+        except NotImplementedError:
+            env_state = None  # an adapter: a resumed run restarts its episodes
+        state = {
+            **self.agent.describe(),
+            "env_id": self.config.env_id,
+            "agent": self.agent.state_dict(),
+            "env": env_state,
+            "collector": self.collector.state_dict() if env_state is not None else None,
+            "buffer": self.buffer.state_dict() if self.config.checkpoint_buffer else None,
+            "runner": {
+                "env_steps": self.env_steps,
+                "iterations": self.iterations,
+                "wall_time_s": wall_time,
+                "next_log": self.next_log,
+                "next_eval": self.next_eval,
+                "next_checkpoint": self.next_checkpoint,
+                "last_eval": self.last_eval,
+                "threshold": self.threshold,
+            },
+            "rng": rng_state(),
+        }
+        atomic_save(state, checkpoint_path(self.run_dir, self.env_steps))
+        prune(self.run_dir, self.config.keep_checkpoints)
+
+    def _restore(self) -> None:
+        from rl_suite.checkpoint import CheckpointError
+
+        path, state = load_latest(self.run_dir)
+        if state.get("algo") != self.agent.name or state.get("env_id") != self.config.env_id:
+            raise CheckpointError(
+                f"{path} is a checkpoint of {state.get('algo')} on {state.get('env_id')}, not of "
+                f"{self.agent.name} on {self.config.env_id}"
+            )
+        self.agent.load_state_dict(state["agent"])
+        if state["env"] is not None:
+            self.env.load_state_dict(state["env"])
+            self.collector.load_state_dict(state["collector"])
+        else:
+            warnings.warn("the checkpoint holds no environment state (an adapter): episodes restart", stacklevel=2)
+        if state["buffer"] is not None:
+            self.buffer.load_state_dict(state["buffer"])
+        runner = state["runner"]
+        self.env_steps, self.iterations = runner["env_steps"], runner["iterations"]
+        self.wall_time_before = runner["wall_time_s"]
+        self.next_log, self.next_eval = runner["next_log"], runner["next_eval"]
+        self.next_checkpoint = runner["next_checkpoint"]
+        self.last_eval, self.threshold = runner["last_eval"], runner["threshold"]
+        set_rng_state(state["rng"])
+
+
+def _next(steps: int, every: int) -> int:
+    """The first multiple of ``every`` after ``steps``."""
+    return (steps // every + 1) * every if every > 0 else math.inf

@@ -1,0 +1,143 @@
+"""Learning targets against hand-computed values: GAE with termination and truncation inside a rollout, and n-step
+returns from the replay ring buffer."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rl_suite.buffers import ReplayBuffer, RolloutBuffer, gae, transition_spec
+
+F, T = False, True
+
+
+def test_gae_cuts_at_termination_and_bootstraps_at_truncation():
+    gamma, lam = 0.9, 0.8
+    # Two environments, four steps, columns are environments.
+    rewards = torch.tensor([[1.0, 1.0], [2.0, 1.0], [3.0, 1.0], [4.0, 1.0]])
+    values = torch.tensor([[0.5, 1.0], [0.6, 1.0], [0.7, 1.0], [0.8, 1.0]])
+    # Env 0 terminates at t=2 (its next value must be ignored); env 1 is truncated at t=1 and its final
+    # observation is worth 5 (it must be bootstrapped from).
+    next_values = torch.tensor([[0.6, 1.0], [0.7, 5.0], [99.0, 1.0], [0.9, 1.0]])
+    terminated = torch.tensor([[F, F], [F, F], [T, F], [F, F]])
+    truncated = torch.tensor([[F, F], [F, T], [F, F], [F, F]])
+    advantages, returns = gae(rewards, values, next_values, terminated, terminated | truncated, gamma, lam)
+    # By hand: delta_t = r_t + gamma V' (1 - term_t) - V_t; A_t = delta_t + gamma lam (1 - done_t) A_{t+1}.
+    expected = torch.tensor(
+        [
+            [1.04 + 0.72 * (2.03 + 0.72 * 2.3), 0.9 + 0.72 * 4.5],
+            [2.03 + 0.72 * 2.3, 4.5],
+            [2.3, 0.9 + 0.72 * 0.9],
+            [4.01, 0.9],
+        ]
+    )
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + values)
+
+
+def test_gae_with_lambda_one_is_the_discounted_return_minus_the_value():
+    rewards = torch.tensor([[1.0], [1.0], [1.0]])
+    values = torch.tensor([[0.3], [0.2], [0.1]])
+    next_values = torch.tensor([[0.2], [0.1], [10.0]])  # bootstraps from 10 after the last step
+    no = torch.zeros(3, 1, dtype=torch.bool)
+    advantages, returns = gae(rewards, values, next_values, no, no, gamma=0.5, lam=1.0)
+    torch.testing.assert_close(returns, torch.tensor([[1 + 0.5 + 0.25 + 0.125 * 10], [1 + 0.5 + 0.25 * 10], [1 + 5.0]]))
+
+
+def filled_replay(rows: int, steps: int, terminated_at=(), truncated_at=(), n_step=3, gamma=0.5) -> ReplayBuffer:
+    """One environment; step t has obs t, reward t + 1 and next_obs t + 0.5."""
+    buffer = ReplayBuffer(rows, 1, transition_spec((1,), (1,), torch.float32), torch.device("cpu"), n_step, gamma)
+    for t in range(steps):
+        buffer.add(
+            torch.tensor([[float(t)]]),
+            torch.zeros(1, 1),
+            torch.tensor([t + 1.0]),
+            torch.tensor([t in terminated_at]),
+            torch.tensor([t in truncated_at]),
+            torch.tensor([[t + 0.5]]),
+        )
+    return buffer
+
+
+def sampled_by_start(buffer: ReplayBuffer, draws: int = 400) -> dict[int, tuple[float, float, float]]:
+    torch.manual_seed(0)
+    batch = buffer.sample(draws)
+    found = {}
+    for obs, reward, next_obs, discount in zip(
+        batch["obs"][:, 0].tolist(),
+        batch["rewards"].tolist(),
+        batch["next_obs"][:, 0].tolist(),
+        batch["discount"].tolist(),
+        strict=True,
+    ):
+        found[int(obs)] = (reward, next_obs, discount)
+    return found
+
+
+def test_n_step_returns_stop_at_episode_ends():
+    buffer = filled_replay(rows=8, steps=6, terminated_at=(2,), truncated_at=(4,))
+    found = sampled_by_start(buffer)
+    # Only windows that fit in what was written: starts 0..3 (a start at 4 would need step 6).
+    assert sorted(found) == [0, 1, 2, 3]
+    expected = {
+        0: (1 + 0.5 * 2 + 0.25 * 3, 2.5, 0.0),  # r0 + g r1 + g^2 r2, ends by termination at step 2: no bootstrap
+        1: (2 + 0.5 * 3, 2.5, 0.0),
+        2: (3.0, 2.5, 0.0),
+        3: (4 + 0.5 * 5, 4.5, 0.25),  # truncated at step 4: bootstrap from its final observation with g^2
+    }
+    for start, values in expected.items():
+        assert found[start] == pytest.approx(values)
+
+
+def test_n_step_windows_do_not_cross_the_write_head_after_wrapping():
+    buffer = filled_replay(rows=4, steps=6, n_step=2)  # holds steps 2..5; the next write replaces step 2
+    found = sampled_by_start(buffer)
+    assert sorted(found) == [2, 3, 4]
+    assert found[4] == pytest.approx((5 + 0.5 * 6, 5.5, 0.25))
+
+
+def test_one_step_transitions_are_the_stored_ones():
+    buffer = filled_replay(rows=8, steps=5, terminated_at=(3,), n_step=1, gamma=0.9)
+    found = sampled_by_start(buffer)
+    assert found == {t: pytest.approx((t + 1.0, t + 0.5, 0.0 if t == 3 else 0.9)) for t in range(5)}
+
+
+def test_replay_buffer_that_cannot_fit_is_refused_clearly():
+    spec = transition_spec((100,), (6,), torch.float32)
+    with pytest.raises(
+        MemoryError,
+        match=r"a replay buffer of 1,000,000,000,000 transitions needs .* GiB on cpu, "
+        r"but only .* GiB is available; lower buffer_size",
+    ):
+        ReplayBuffer(10**12, 4, spec, torch.device("cpu"))
+    with pytest.raises(ValueError, match=r"buffer_size=3 must hold at least n_step \* num_envs = 8 transitions"):
+        ReplayBuffer(3, 4, spec, torch.device("cpu"), n_step=2)
+
+
+def test_rollout_buffer_fills_in_place_and_is_reused():
+    spec = transition_spec((2,), (), torch.int64, {"log_prob": ((), torch.float32)})
+    buffer = RolloutBuffer(3, 2, spec, torch.device("cpu"))
+    storage = buffer["obs"].data_ptr()
+    for t in range(3):
+        buffer.add(
+            torch.full((2, 2), float(t)),
+            torch.tensor([t, t]),
+            torch.ones(2),
+            torch.zeros(2, dtype=torch.bool),
+            torch.zeros(2, dtype=torch.bool),
+            torch.zeros(2, 2),
+            log_prob=torch.full((2,), -t * 1.0),
+        )
+    assert buffer.full and buffer["obs"][:, 0, 0].tolist() == [0.0, 1.0, 2.0]
+    assert buffer["log_prob"][2].tolist() == [-2.0, -2.0]
+    buffer.clear()
+    buffer.add(
+        torch.full((2, 2), 7.0),
+        torch.tensor([1, 1]),
+        torch.ones(2),
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, dtype=torch.bool),
+        torch.zeros(2, 2),
+        log_prob=torch.zeros(2),
+    )
+    assert buffer["obs"][0, 0, 0] == 7.0 and buffer["obs"].data_ptr() == storage

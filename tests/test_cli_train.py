@@ -1,0 +1,112 @@
+"""The training command line: a real short run, evaluation with --json, resume, and bad arguments answered with clear
+messages rather than tracebacks."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import yaml
+
+from rl_suite.cli import main, tuned_settings
+from rl_suite.registry import load_algorithm
+
+QUICK = [
+    "--total-steps",
+    "512",
+    "--set",
+    "progress=false",
+    "eval_episodes=4",
+    "eval_every_steps=256",
+    "n_steps=16",
+    "epochs=2",
+    "hidden=[16, 16]",
+]
+
+
+def error_of(args, capsys) -> str:
+    assert main(args) == 2
+    return capsys.readouterr().err.strip()
+
+
+def test_train_then_eval_json_then_resume(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert (
+        main(["train", "ppo", "CartPole-v1", "--num-envs", "4", "--seed", "3", "--run-dir", str(run_dir), *QUICK]) == 0
+    )
+    out = capsys.readouterr().out
+    assert "512 env steps" in out and "evaluation over 4 episodes" in out
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["run"]["seed"] == 3 and config["agent"]["n_steps"] == 16 and config["agent"]["hidden"] == [16, 16]
+    assert config["agent"]["lr"] == 0.001  # from the shipped CartPole settings
+
+    assert main(["eval", str(run_dir), "--episodes", "7", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["episodes"] == 7 and result["env_id"] == "CartPole-v1" and result["algo"] == "ppo"
+    assert {"mean_return", "std_return"} <= set(result) and 0 < result["mean_return"] <= 500
+
+    assert main(["train", "ppo", "CartPole-v1", "--resume", str(run_dir), "--total-steps", "1024"]) == 0
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["env_steps"] == 1024
+
+
+def test_tuned_settings_ship_for_the_learning_tasks():
+    assert tuned_settings(load_algorithm("ppo"), "CartPole-v1")["stop_at_return"] == 475
+    assert tuned_settings(load_algorithm("ppo"), "Pendulum-v1")["scale_rewards"] is True
+    assert tuned_settings(load_algorithm("sac"), "Pendulum-v1")["stop_at_return"] == -200
+    assert tuned_settings(load_algorithm("ppo"), "Acrobot-v1")["num_envs"] == 16  # the default section
+
+
+def test_algos_lists_the_algorithms(capsys):
+    assert main(["algos"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("ppo") and "sac" in out and "Discrete, Box" in out
+
+
+def test_unknown_algorithm(capsys):
+    err = error_of(["train", "ppp", "CartPole-v1"], capsys)
+    assert err == "rl-suite: error: unknown algorithm 'ppp'. Did you mean 'ppo'? Algorithms: ppo, sac"
+
+
+def test_unknown_env(capsys):
+    err = error_of(["train", "ppo", "CartPol-v1", *QUICK], capsys)
+    assert "unknown environment id 'CartPol-v1'. Did you mean 'CartPole-v1'?" in err
+
+
+def test_algorithm_that_does_not_fit_the_action_space(capsys):
+    err = error_of(["train", "sac", "CartPole-v1"], capsys)
+    assert err == "rl-suite: error: sac cannot train on CartPole-v1: sac needs a Box action space, got Discrete(2)"
+
+
+def test_unknown_set_key(capsys):
+    err = error_of(["train", "ppo", "CartPole-v1", "--set", "learning_rate=1e-3"], capsys)
+    assert err.startswith("rl-suite: error: unknown setting 'learning_rate'.")
+    err = error_of(["train", "ppo", "CartPole-v1", "--set", "n_step=3"], capsys)
+    assert "Did you mean 'n_steps'?" in err
+
+
+def test_badly_typed_set_value(capsys):
+    err = error_of(["train", "ppo", "CartPole-v1", "--set", "epochs=many"], capsys)
+    assert err == "rl-suite: error: setting 'epochs' expects int, got 'many'"
+
+
+def test_missing_and_corrupted_checkpoints(tmp_path, capsys):
+    err = error_of(["eval", str(tmp_path)], capsys)
+    assert err == f"rl-suite: error: no checkpoints in {tmp_path / 'checkpoints'}"
+    (tmp_path / "checkpoints").mkdir()
+    (tmp_path / "checkpoints" / "step_000000000100.pt").write_bytes(b"garbage")
+    with pytest.warns(UserWarning):
+        err = error_of(["eval", str(tmp_path)], capsys)
+    assert err == f"rl-suite: error: none of the 1 checkpoints in {tmp_path / 'checkpoints'} is readable"
+    err = error_of(["train", "ppo", "CartPole-v1", "--resume", str(tmp_path / "nowhere")], capsys)
+    assert err == f"rl-suite: error: {tmp_path / 'nowhere'} is not a run directory: it has no config.yaml"
+
+
+def test_resume_with_another_algorithm_or_env_is_refused(tmp_path, capsys):
+    run_dir = tmp_path / "run"
+    assert main(["train", "ppo", "CartPole-v1", "--num-envs", "2", "--run-dir", str(run_dir), *QUICK]) == 0
+    capsys.readouterr()
+    err = error_of(["train", "ppo", "Acrobot-v1", "--resume", str(run_dir)], capsys)
+    assert err == f"rl-suite: error: {run_dir} is a run of ppo on CartPole-v1, not of ppo on Acrobot-v1"
+    err = error_of(["train", "ppo", "CartPole-v1", "--resume", str(run_dir), "--set", "lr=0.1"], capsys)
+    assert "a resumed run keeps its settings" in err

@@ -1,0 +1,91 @@
+"""Networks: the distributions against torch.distributions, the running normaliser against numpy, action scaling and
+the critic ensemble against separate layers."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch import distributions as D
+
+from rl_suite.networks import (
+    ActionScaler,
+    Categorical,
+    DiagGaussian,
+    EnsembleMLP,
+    RunningNorm,
+    TanhGaussian,
+)
+
+
+def test_categorical_matches_torch():
+    torch.manual_seed(0)
+    logits = torch.randn(5, 4)
+    ours, ref = Categorical(logits), D.Categorical(logits=logits)
+    actions = torch.tensor([0, 3, 1, 2, 3])
+    torch.testing.assert_close(ours.log_prob(actions), ref.log_prob(actions))
+    torch.testing.assert_close(ours.entropy(), ref.entropy())
+    assert torch.equal(ours.mode(), logits.argmax(-1))
+    samples = Categorical(torch.log(torch.tensor([[0.1, 0.6, 0.3]]).expand(20000, 3))).sample()
+    frequencies = torch.bincount(samples, minlength=3) / 20000
+    torch.testing.assert_close(frequencies, torch.tensor([0.1, 0.6, 0.3]), atol=0.015, rtol=0)
+
+
+def test_diagonal_gaussian_matches_torch():
+    torch.manual_seed(1)
+    mean, log_std = torch.randn(6, 3), torch.randn(3) * 0.3
+    ours, ref = DiagGaussian(mean, log_std), D.Independent(D.Normal(mean, log_std.exp()), 1)
+    action = torch.randn(6, 3)
+    torch.testing.assert_close(ours.log_prob(action), ref.log_prob(action))
+    torch.testing.assert_close(ours.entropy(), ref.entropy())
+
+
+def test_tanh_gaussian_log_prob_matches_the_transformed_distribution():
+    torch.manual_seed(2)
+    mean, log_std = torch.randn(1000, 2), torch.randn(1000, 2) * 0.5
+    torch.manual_seed(3)
+    action, log_prob = TanhGaussian(mean, log_std).rsample_with_log_prob()
+    reference = D.Independent(D.TransformedDistribution(D.Normal(mean, log_std.exp()), [D.TanhTransform()]), 1)
+    keep = action.abs().max(-1).values < 0.999  # away from +-1, where atanh in the reference loses precision
+    torch.testing.assert_close(log_prob[keep], reference.log_prob(action)[keep], atol=1e-3, rtol=1e-4)
+    assert action.abs().max() < 1
+
+
+def test_running_norm_matches_numpy_over_batches():
+    rng = np.random.default_rng(0)
+    batches = [rng.normal(3.0, 2.0, size=(n, 4)) for n in (5, 100, 37)]
+    norm = RunningNorm((4,))
+    for batch in batches:
+        norm.update(torch.as_tensor(batch, dtype=torch.float32))
+    data = np.concatenate(batches)
+    np.testing.assert_allclose(norm.mean.numpy(), data.mean(0), rtol=1e-6)
+    np.testing.assert_allclose(norm.var.numpy(), data.var(0), rtol=1e-5)
+    assert norm.count.item() == len(data)
+    x = torch.as_tensor(data[:3], dtype=torch.float32)
+    expected = (data[:3] - data.mean(0)) / np.sqrt(data.var(0) + 1e-8)
+    np.testing.assert_allclose(norm(x).numpy(), expected, rtol=1e-4, atol=1e-5)
+    assert set(norm.state_dict()) == {"mean", "var", "count"}  # saved with the policy
+
+
+def test_action_scaler_maps_to_the_bounds_and_clips():
+    low, high = np.array([-2.0, 0.0], dtype=np.float32), np.array([2.0, 10.0], dtype=np.float32)
+    scaler = ActionScaler(gym.spaces.Box(low, high, dtype=np.float32))
+    out = scaler(torch.tensor([[-1.0, 1.0], [0.0, 0.0], [3.0, -7.0]]))
+    torch.testing.assert_close(out, torch.tensor([[-2.0, 10.0], [0.0, 5.0], [2.0, 0.0]]))
+    torch.testing.assert_close(scaler.unscale(out[:2]), torch.tensor([[-1.0, 1.0], [0.0, 0.0]]))
+    unbounded = ActionScaler(gym.spaces.Box(-np.inf, np.inf, (1,), dtype=np.float32))
+    torch.testing.assert_close(unbounded(torch.tensor([[5.0]])), torch.tensor([[5.0]]))
+
+
+def test_ensemble_mlp_equals_its_members_run_separately():
+    torch.manual_seed(4)
+    ensemble = EnsembleMLP(2, 5, (8, 8), 1)
+    x = torch.randn(7, 5)
+    out = ensemble(x)
+    assert out.shape == (2, 7, 1)
+    for member in range(2):
+        h = x
+        for layer in ensemble.hidden:
+            h = torch.relu(h @ layer.weight[member] + layer.bias[member])
+        torch.testing.assert_close(out[member], h @ ensemble.out.weight[member] + ensemble.out.bias[member])
+    assert not torch.allclose(out[0], out[1])  # independently initialised

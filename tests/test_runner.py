@@ -1,0 +1,224 @@
+"""The runner and what a run leaves behind: run directory, stop conditions, exact resume, safe checkpoints, skipped
+non-finite updates, and the stable-baselines3-style conveniences."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import shutil
+
+import numpy as np
+import pytest
+import torch
+import yaml
+
+import rl_suite
+from rl_suite.agents.ppo import PPO
+from rl_suite.agents.sac import SAC
+from rl_suite.checkpoint import CheckpointError, checkpoints, load_latest, seed_everything
+from rl_suite.config import field_types
+from rl_suite.runner import RunConfig, Runner
+
+TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
+TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)
+
+
+def build(algo, env_id, settings, num_envs=4, seed=0):
+    seed_everything(seed)
+    env = rl_suite.make(env_id, num_envs=num_envs, seed=seed)
+    return algo(env.observation_space, env.action_space, **settings), env
+
+
+def run_config(**overrides):
+    base = dict(
+        env_id="CartPole-v1",
+        num_envs=4,
+        total_steps=640,
+        eval_every_steps=320,
+        eval_episodes=5,
+        log_every_steps=160,
+        checkpoint_every_steps=320,
+        keep_checkpoints=10,
+        progress=False,
+    )
+    return RunConfig(**{**base, **overrides})
+
+
+def parameters(agent):
+    return torch.cat([p.detach().flatten() for m in agent.modules.values() for p in m.parameters()])
+
+
+def test_run_directory_holds_config_events_checkpoints_and_summary(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = Runner(agent, env, run_config(stop_at_return=10_000.0), run_dir=tmp_path).run()
+    config = yaml.safe_load((tmp_path / "config.yaml").read_text())
+    assert config["run"]["total_steps"] == 640 and config["agent"]["n_steps"] == 8
+    assert list(tmp_path.glob("events.out.tfevents*"))
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_000000000640.pt", "step_000000000320.pt"]
+    on_disk = json.loads((tmp_path / "summary.json").read_text())
+    assert on_disk == json.loads(json.dumps(summary))
+    assert on_disk["env_steps"] == 640 and on_disk["wall_time_s"] > 0
+    assert (
+        set(on_disk["final_eval"]) == {"mean_return", "std_return", "episodes"}
+        and on_disk["final_eval"]["episodes"] == 5
+    )
+    assert on_disk["threshold"] == {"return": 10_000.0, "reached": False, "env_steps": None, "wall_time_s": None}
+
+
+def test_tensorboard_scalars_are_written(tmp_path):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(), run_dir=tmp_path).run()
+    events = EventAccumulator(str(tmp_path))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for tag in (
+        "rollout/episode_return",
+        "rollout/episode_length",
+        "train/policy_loss",
+        "train/value_loss",
+        "train/entropy",
+        "train/approx_kl",
+        "train/lr",
+        "time/env_steps_per_s",
+        "time/updates_per_s",
+        "eval/mean_return",
+    ):
+        assert tag in tags, tag
+
+
+def test_stops_at_the_return_threshold_and_records_when(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = Runner(agent, env, run_config(total_steps=10**6, stop_at_return=5.0), run_dir=tmp_path).run()
+    assert summary["threshold"]["reached"] and summary["env_steps"] == 320  # the first evaluation already reaches 5
+    assert (
+        summary["threshold"]["env_steps"] == 320 and 0 < summary["threshold"]["wall_time_s"] <= summary["wall_time_s"]
+    )
+
+
+def test_stops_at_the_time_budget(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = Runner(
+        agent, env, run_config(total_steps=10**9, time_budget_s=1.0, eval_every_steps=10**8), run_dir=tmp_path
+    ).run()
+    assert 0 < summary["env_steps"] < 10**9 and summary["wall_time_s"] < 30
+
+
+@pytest.mark.parametrize(
+    "algo, env_id, settings", [(PPO, "CartPole-v1", TINY_PPO), (SAC, "Pendulum-v1", TINY_SAC)], ids=["ppo", "sac"]
+)
+def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
+    straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
+    agent, env = build(algo, env_id, settings)
+    Runner(agent, env, run_config(env_id=env_id, algo=algo.name), run_dir=straight_dir).run()
+    straight = parameters(agent)
+
+    # Keep only the halfway checkpoint, then continue from it with freshly built objects and another seed.
+    shutil.copytree(straight_dir, resumed_dir)
+    (resumed_dir / "checkpoints" / "step_000000000640.pt").unlink()
+    agent, env = build(algo, env_id, settings, seed=123)
+    summary = Runner(agent, env, run_config(env_id=env_id, algo=algo.name), run_dir=resumed_dir, resume=True).run()
+    assert summary["env_steps"] == 640
+    assert torch.equal(parameters(agent), straight)
+
+
+def test_a_run_killed_while_saving_keeps_its_last_good_checkpoint(tmp_path, monkeypatch):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(total_steps=320), run_dir=tmp_path).run()
+
+    def dies_halfway(obj, f):
+        f.write(b"PK\x03\x04 half a zip")
+        raise KeyboardInterrupt
+
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    monkeypatch.setattr(torch, "save", dies_halfway)
+    with pytest.raises(KeyboardInterrupt):
+        Runner(agent, env, run_config(total_steps=640), run_dir=tmp_path, resume=True).run()
+    monkeypatch.undo()
+    assert [p.name for p in checkpoints(tmp_path)] == ["step_000000000320.pt"]
+    assert not [p for p in (tmp_path / "checkpoints").iterdir() if p.name.endswith(".tmp")]
+    path, state = load_latest(tmp_path)
+    assert path.name == "step_000000000320.pt" and state["runner"]["env_steps"] == 320
+
+
+def test_an_unreadable_newest_checkpoint_is_skipped_with_a_warning(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(total_steps=320), run_dir=tmp_path).run()
+    (tmp_path / "checkpoints" / "step_000000000999.pt").write_bytes(b"not a checkpoint")
+    with pytest.warns(UserWarning, match=r"skipping .*step_000000000999.pt is not a readable checkpoint"):
+        path, _ = load_latest(tmp_path)
+    assert path.name == "step_000000000320.pt"
+    (tmp_path / "checkpoints" / "step_000000000320.pt").write_bytes(b"")
+    with pytest.raises(CheckpointError, match=r"none of the 2 checkpoints .* is readable"), pytest.warns(UserWarning):
+        load_latest(tmp_path)
+
+
+def test_a_checkpoint_of_another_algorithm_or_env_is_refused(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(total_steps=320), run_dir=tmp_path).run()
+    agent, env = build(PPO, "Acrobot-v1", TINY_PPO)
+    with pytest.raises(CheckpointError, match=r"is a checkpoint of ppo on CartPole-v1, not of ppo on Acrobot-v1"):
+        Runner(agent, env, run_config(env_id="Acrobot-v1"), run_dir=tmp_path, resume=True)
+
+
+def test_ppo_skips_a_non_finite_update_and_keeps_its_parameters():
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    buffer = agent.make_buffer(env.num_envs)
+    rl_suite.collector.Collector(env, agent, buffer).collect(agent.steps_per_iteration)
+    buffer["rewards"][3, 1] = float("nan")
+    before, optimizer_state = parameters(agent), agent.optimizer.state_dict()
+    with pytest.warns(UserWarning, match="PPO: non-finite loss; this minibatch's update is skipped"):
+        agent.update(buffer)
+    assert torch.equal(parameters(agent), before) and agent.skipped_updates == 4
+    assert agent.optimizer.state_dict()["state"] == optimizer_state["state"]
+
+
+def test_sac_skips_a_non_finite_update_and_keeps_its_parameters():
+    agent, env = build(SAC, "Pendulum-v1", {**TINY_SAC, "learning_starts": 0})
+    buffer = agent.make_buffer(env.num_envs)
+    rl_suite.collector.Collector(env, agent, buffer).collect(20)
+    buffer.data["rewards"].fill_(float("nan"))
+    before = parameters(agent)
+    with pytest.warns(UserWarning, match="SAC: non-finite loss; this update is skipped"):
+        agent.update(buffer)
+    assert torch.equal(parameters(agent), before) and agent.skipped_updates >= 1
+
+
+def test_learn_predict_save_and_load(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = agent.learn(env, total_steps=320, run_dir=tmp_path / "run", eval_episodes=3, progress=False)
+    assert summary["env_steps"] == 320
+    obs = np.zeros(4, dtype=np.float32)
+    action = agent.predict(obs)
+    assert isinstance(action, np.ndarray) and action.shape == () and action in (0, 1)
+    batch = agent.predict(torch.zeros(5, 4))
+    assert isinstance(batch, torch.Tensor) and batch.shape == (5,)
+    agent.save(tmp_path / "agent.pt")
+    loaded = PPO.load(tmp_path / "agent.pt")
+    assert torch.equal(parameters(loaded), parameters(agent))
+    assert torch.equal(loaded.normalizer.mean, agent.normalizer.mean)  # the normaliser travels with the policy
+    probe = torch.randn(64, 4)
+    assert torch.equal(loaded.predict(probe), agent.predict(probe))
+    with pytest.raises(ValueError, match="the file holds a ppo agent, not sac"):
+        SAC.load(tmp_path / "agent.pt")
+
+
+def test_sac_refuses_discrete_actions():
+    env = rl_suite.make("CartPole-v1")
+    with pytest.raises(ValueError, match=r"sac needs a Box action space, got Discrete\(2\)"):
+        SAC(env.observation_space, env.action_space)
+
+
+def test_settings_have_one_owner():
+    run, ppo, sac = field_types(RunConfig), field_types(PPO.Config), field_types(SAC.Config)
+    assert not set(run) & set(ppo) and not set(run) & set(sac)
+
+
+def test_checkpoints_load_with_weights_only(tmp_path):
+    agent, env = build(SAC, "Pendulum-v1", TINY_SAC)
+    Runner(agent, env, run_config(env_id="Pendulum-v1", algo="sac", total_steps=320), run_dir=tmp_path).run()
+    path = checkpoints(tmp_path)[0]
+    state = torch.load(path, weights_only=True)
+    assert state["algo"] == "sac" and state["buffer"]["size"] > 0 and "torch" in state["rng"]
+    assert pathlib.Path(path).stat().st_size > 0
