@@ -26,8 +26,12 @@ class RunLogger:
         for name, value in values.items():
             self.writer.add_scalar(name, value, step)
 
-    def progress(self, env_steps: int, **postfix) -> None:
+    def advance(self, env_steps: int) -> None:
+        """Move the bar; tqdm redraws at most ten times a second, so this is cheap to call every iteration."""
         self.bar.update(env_steps - self.bar.n)
+
+    def progress(self, env_steps: int, **postfix) -> None:
+        self.advance(env_steps)
         self.bar.set_postfix(
             {k: (f"{v:.4g}" if isinstance(v, float) else v) for k, v in postfix.items()}, refresh=False
         )

@@ -162,6 +162,7 @@ class Runner:
                 metrics = self.agent.update(self.buffer, progress=self.env_steps / config.total_steps)
                 self.env_steps += steps_per_iteration
                 self.iterations += 1
+                logger.advance(self.env_steps)
                 stop = self._should_stop(started)
                 if self.env_steps >= self.next_log or stop:
                     self.next_log = _next(self.env_steps, config.log_every_steps)
