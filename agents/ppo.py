@@ -86,11 +86,13 @@ class PPO(Agent):
         self.actor = policy_head(action_space, obs_dim, c.hidden, c.activation, c.init_log_std)
         self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space) if self.continuous else nn.Identity()
+        self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
         self.modules = {
             "normalizer": self.normalizer,
             "actor": self.actor,
             "critic": self.critic,
             "scaler": self.scaler,
+            "return_norm": self.return_norm,
         }
         for module in self.modules.values():
             module.to(self.device)
@@ -99,9 +101,7 @@ class PPO(Agent):
         self.optimizers = {"optimizer": self.optimizer}
         self.lr = c.lr  # the current learning rate (schedules and the adaptive KL rule move it)
         self.skipped_updates = 0
-        self.return_norm = RunningNorm(())  # of the discounted return, for reward scaling
-        self.modules["return_norm"] = self.return_norm.to(self.device)
-        self.discounted_return: torch.Tensor | None = None  # running, per environment
+        self.discounted_return: torch.Tensor | None = None  # running, per environment, for reward scaling
 
     @property
     def steps_per_iteration(self) -> int:
