@@ -66,6 +66,21 @@ def _spec_bytes(rows: int, num_envs: int, spec: Spec) -> int:
     return sum(rows * num_envs * torch.Size(shape).numel() * dtype.itemsize for shape, dtype in spec.values())
 
 
+def _write_row(data, row, obs, actions, reward, terminated, truncated, next_obs, extras) -> None:
+    """Copy one batched transition into row ``row`` of every field (no allocation)."""
+    fields = dict(
+        obs=obs,
+        actions=actions,
+        rewards=reward,
+        terminated=terminated,
+        truncated=truncated,
+        next_obs=next_obs,
+        **extras,
+    )
+    for name, value in fields.items():
+        data[name][row].copy_(value)
+
+
 def transition_spec(obs_shape, action_shape, action_dtype, extras: Spec | None = None) -> Spec:
     """The fields every buffer keeps, and the agent's extras."""
     return {
@@ -91,17 +106,7 @@ class RolloutBuffer:
         self.step = 0
 
     def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
-        fields = dict(
-            obs=obs,
-            actions=actions,
-            rewards=reward,
-            terminated=terminated,
-            truncated=truncated,
-            next_obs=next_obs,
-            **extras,
-        )
-        for name, value in fields.items():
-            self.data[name][self.step].copy_(value)
+        _write_row(self.data, self.step, obs, actions, reward, terminated, truncated, next_obs, extras)
         self.step += 1
 
     @property
@@ -152,17 +157,7 @@ class ReplayBuffer:
         return self.size * self.num_envs
 
     def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
-        fields = dict(
-            obs=obs,
-            actions=actions,
-            rewards=reward,
-            terminated=terminated,
-            truncated=truncated,
-            next_obs=next_obs,
-            **extras,
-        )
-        for name, value in fields.items():
-            self.data[name][self.pos].copy_(value)
+        _write_row(self.data, self.pos, obs, actions, reward, terminated, truncated, next_obs, extras)
         self.pos = (self.pos + 1) % self.rows
         self.size = min(self.size + 1, self.rows)
 
