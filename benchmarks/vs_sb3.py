@@ -176,32 +176,18 @@ def main() -> None:
     torch.optim.Adam([torch.zeros(1, requires_grad=True)], fused=True)
     import stable_baselines3  # noqa: F401
 
+    to_threshold = {"a": (PPO, "CartPole-v1", 475.0), "c": (SAC, "Pendulum-v1", -200.0)}
     rows = []
     for seed in args.seeds:
-        if "a" in args.parts:
-            rows.append({"part": "a", "seed": seed, "lib": "sb3", **sb3_to_threshold("a", seed)})
-            rows.append(
-                {
-                    "part": "a",
-                    "seed": seed,
-                    "lib": "rl-suite",
-                    **ours_to_threshold(PPO, "CartPole-v1", 475.0, "a", seed, run_dir),
-                }
-            )
+        for part, (algo, env_id, threshold) in to_threshold.items():
+            if part in args.parts:
+                rows.append({"part": part, "seed": seed, "lib": "sb3", **sb3_to_threshold(part, seed)})
+                ours = ours_to_threshold(algo, env_id, threshold, part, seed, run_dir)
+                rows.append({"part": part, "seed": seed, "lib": "rl-suite", **ours})
         if "b" in args.parts:
             result = throughput(seed, args.throughput_seconds)
             rows.append({"part": "b", "seed": seed, "lib": "sb3", "steps_per_s": result["sb3"]})
             rows.append({"part": "b", "seed": seed, "lib": "rl-suite", "steps_per_s": result["ours"]})
-        if "c" in args.parts:
-            rows.append({"part": "c", "seed": seed, "lib": "sb3", **sb3_to_threshold("c", seed)})
-            rows.append(
-                {
-                    "part": "c",
-                    "seed": seed,
-                    "lib": "rl-suite",
-                    **ours_to_threshold(SAC, "Pendulum-v1", -200.0, "c", seed, run_dir),
-                }
-            )
         for row in [r for r in rows if r["seed"] == seed]:
             print(row, flush=True)
 

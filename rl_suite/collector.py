@@ -12,19 +12,19 @@ from rl_suite.env import VecEnv
 
 
 class EpisodeStats:
-    """Sums over the episodes finished since the last ``read``: count, return, length, and the returns' squares."""
+    """Sums over the episodes finished since the last ``read``: count, return and length."""
 
     def __init__(self, device: torch.device):
-        self.totals = torch.zeros(4, device=device, dtype=torch.float64)
+        self.totals = torch.zeros(3, device=device, dtype=torch.float64)
 
     def record(self, info: dict[str, torch.Tensor]) -> None:
         done = info["done"].to(torch.float64)
         returns = info["episode_return"].to(torch.float64)
-        self.totals += torch.stack((done.sum(), returns.sum(), info["episode_length"].sum(), returns.square().sum()))
+        self.totals += torch.stack((done.sum(), returns.sum(), info["episode_length"].sum()))
 
     def read(self) -> dict[str, float] | None:
         """Mean return and length of the finished episodes (``None`` if none finished), and restart the sums."""
-        count, returns, lengths, _ = self.totals.tolist()
+        count, returns, lengths = self.totals.tolist()
         self.totals.zero_()
         if count == 0:
             return None
