@@ -67,6 +67,9 @@ class Selection(NamedTuple):
     def uniform(self, rng: EnvStreams, low, high, size: int, dtype: torch.dtype) -> torch.Tensor:
         return rng.uniform(low, high, size, env_ids=self.ids, mask=self.mask, dtype=dtype)
 
+    def normal(self, rng: EnvStreams, size: int, dtype: torch.dtype) -> torch.Tensor:
+        return rng.normal(size, env_ids=self.ids, mask=self.mask, dtype=dtype)
+
     def write(self, dst: torch.Tensor, values: torch.Tensor) -> None:
         """Write ``values`` into the selected rows of ``dst`` (environment axis first)."""
         if self.ids is not None:

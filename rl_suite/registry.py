@@ -133,3 +133,20 @@ register("Pendulum-v1", "rl_suite.envs.classic.pendulum:Pendulum")
 register("Acrobot-v1", "rl_suite.envs.classic.acrobot:Acrobot")
 register("MountainCar-v0", "rl_suite.envs.classic.mountain_car:MountainCar")
 register("MountainCarContinuous-v0", "rl_suite.envs.classic.mountain_car:MountainCarContinuous")
+
+# gymnasium's v5 MuJoCo tasks on batched physics (mujoco.batch on the CPU, mujoco_warp on CUDA).
+for _task in (
+    "Ant",
+    "HalfCheetah",
+    "Hopper",
+    "Humanoid",
+    "HumanoidStandup",
+    "InvertedDoublePendulum",
+    "InvertedPendulum",
+    "Pusher",
+    "Reacher",
+    "Swimmer",
+    "Walker2d",
+):
+    register(f"{_task}-v5", "rl_suite.envs.mujoco:MujocoVecEnv", task=_task)
+del _task

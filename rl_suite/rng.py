@@ -57,7 +57,7 @@ class EnvStreams:
         self.device = device
         # Column 0: draws made by each stream so far; column 1: the stream's key. One gather reads both.
         self._streams = torch.zeros(num_envs, 2, device=device, dtype=torch.int32)
-        self._draw_offsets = torch.arange(64, device=device, dtype=torch.int32)
+        self._draw_offsets = torch.arange(128, device=device, dtype=torch.int32)
         self._c = _Constants(device)
         self.seed(seed)
 
@@ -106,3 +106,16 @@ class EnvStreams:
         low = torch.as_tensor(low, dtype=dtype, device=self.device)
         high = torch.as_tensor(high, dtype=dtype, device=self.device)
         return torch.addcmul(torch.lerp(low, high, 0.5), unit, (high - low).div_(1 << 24))
+
+    def normal(
+        self,
+        size: int,
+        env_ids: torch.Tensor | None = None,
+        mask: torch.Tensor | None = None,
+        dtype: torch.dtype = torch.float32,
+    ) -> torch.Tensor:
+        """The next ``size`` standard normal values of the selected streams (Box-Muller over ``2 * size`` uniform
+        draws); selection as for ``uniform``."""
+        u = self.uniform(0.0, 1.0, 2 * size, env_ids=env_ids, mask=mask, dtype=dtype)
+        radius = torch.log1p(-u[:, :size]).mul_(-2.0).sqrt_()  # 1 - u lies in (0, 1], so the log is finite
+        return radius.mul_(torch.cos(u[:, size:].mul_(2 * torch.pi)))

@@ -1,0 +1,231 @@
+"""``MujocoVecEnv``: gymnasium's v5 MuJoCo tasks on batched physics, behind the ``VecEnv`` contract.
+
+The env owns what every task shares: the model (gymnasium's own XML files), the physics backend, the action
+space from the actuators' control ranges, the frame skip, time limits, auto-reset, ``set_state``/``get_state``
+and rendering. A task (``tasks.py``) says only what differs: its observation, reward, termination and initial
+state, written once in torch over the physics fields.
+
+Backends: ``"cpu"`` (``mujoco.batch`` on native threads, float64) and ``"warp"`` (``mujoco_warp``, float32).
+The device picks one (CPU device: ``"cpu"``; CUDA: ``"warp"``); ``backend=`` forces either.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gymnasium as gym
+import mujoco
+import numpy as np
+import torch
+
+from rl_suite.env import Selection, VecEnv
+from rl_suite.envs.mujoco import tasks as task_module
+from rl_suite.envs.mujoco.physics import CPUPhysics
+
+BACKENDS = ("cpu", "warp")
+
+
+def model_path(xml_file: str) -> Path:
+    """Resolve ``xml_file`` as gymnasium does: a bare name is one of gymnasium's MuJoCo assets."""
+    if xml_file.startswith(("/", ".", "~")):
+        return Path(xml_file).expanduser()
+    return Path(gym.__file__).parent / "envs" / "mujoco" / "assets" / xml_file
+
+
+class PhysicsRows:
+    """The physics fields of every environment, or of ``env_ids`` only, as ``[n, ...]`` tensors by name:
+    ``qpos``, ``qvel``, ``ctrl`` and the bound derived fields (``xpos``, ``cfrc_ext``, ...)."""
+
+    def __init__(self, physics, env_ids: torch.Tensor | None = None):
+        self._physics = physics
+        self._ids = env_ids
+
+    def __getattr__(self, name: str) -> torch.Tensor:
+        physics = self._physics
+        field = getattr(physics, name) if name in ("qpos", "qvel", "ctrl") else physics.derived[name]
+        return field if self._ids is None else field.index_select(0, self._ids)
+
+
+class MujocoVecEnv(VecEnv):
+    """``num_envs`` copies of one gymnasium v5 MuJoCo task (``task="HalfCheetah"``, ...).
+
+    Args:
+        task: the task's name in ``rl_suite.envs.mujoco.tasks.TASKS``.
+        backend: ``"cpu"`` or ``"warp"``; ``None`` picks by device.
+        frame_skip, max_episode_steps, xml_file: as gymnasium's; ``None`` keeps the task's defaults.
+        nthread: native threads of the CPU backend; 0 uses every core.
+        warp_options: keyword arguments for the Warp backend (``nconmax``, ``njmax``).
+        task_kwargs: the task's settings, named as gymnasium names them (``reset_noise_scale``,
+            ``ctrl_cost_weight``, ...). A name the task does not have is refused.
+    """
+
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        task: str = "HalfCheetah",
+        backend: str | None = None,
+        frame_skip: int | None = None,
+        max_episode_steps: int | None = -1,
+        xml_file: str | None = None,
+        nthread: int = 0,
+        warp_options: dict | None = None,
+        check_values: bool | None = None,
+        masked_resets: bool | None = None,
+        **task_kwargs,
+    ):
+        self.task = task_module.make_task(task, task_kwargs)
+        self.frame_skip = self.task.frame_skip if frame_skip is None else int(frame_skip)
+        if self.frame_skip <= 0:
+            raise ValueError(f"frame_skip must be a positive integer, got {frame_skip!r}")
+        path = model_path(xml_file or self.task.xml_file)
+        if not path.is_file():
+            raise FileNotFoundError(f"{task}: model file {str(path)!r} does not exist")
+        self.model = model = mujoco.MjModel.from_xml_path(str(path))
+        self.dt = model.opt.timestep * self.frame_skip
+        self.reward_threshold = self.task.reward_threshold
+
+        low, high = model.actuator_ctrlrange.copy().astype(np.float32).T
+        super().__init__(
+            num_envs,
+            device,
+            observation_space=gym.spaces.Box(-np.inf, np.inf, (self.task.observation_size(model),), np.float32),
+            action_space=gym.spaces.Box(low, high, dtype=np.float32),
+            max_episode_steps=self.task.max_episode_steps if max_episode_steps == -1 else max_episode_steps,
+            seed=seed,
+            check_values=check_values,
+            masked_resets=masked_resets,
+        )
+        if backend is None:
+            backend = "cpu" if self.device.type == "cpu" else "warp"
+        if backend not in BACKENDS:
+            raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
+        fields = self.task.fields
+        if backend == "cpu":
+            self.physics = CPUPhysics(model, self.num_envs, fields, nthread=nthread)
+        else:
+            from rl_suite.envs.mujoco.warp_physics import WarpPhysics
+
+            self.physics = WarpPhysics(model, self.num_envs, fields, device=self.device, **(warp_options or {}))
+        self.backend = backend
+        sim = self.physics.device
+        dtype = self.physics.dtype
+        self.task.bind(model, sim, dtype)
+        self._init_qpos = torch.as_tensor(model.qpos0, device=sim, dtype=dtype)
+        self._init_qvel = torch.zeros(model.nv, device=sim, dtype=dtype)
+        # The task's tracked position (x or xy, read from the physics as gymnasium reads it) at the end of the last
+        # step or reset: the "before" of the next step's velocity. Kept here, and checkpointed, so that a resumed
+        # run computes the same velocity.
+        self._position = torch.zeros(self.num_envs, self.task.position_size, device=sim, dtype=dtype)
+        self._all_rows = PhysicsRows(self.physics)
+
+    # -- hooks of the contract ----------------------------------------------------------------------------
+
+    def _advance(self, actions):
+        physics = self.physics
+        actions = actions.to(physics.device)
+        physics.ctrl.copy_(actions)
+        physics.step(self.frame_skip)
+        rows = self._all_rows
+        after = self.task.position(rows)
+        velocity = (after - self._position).div_(self.dt)
+        self._position.copy_(after)
+        reward, terminated = self.task.reward(rows, actions.to(physics.dtype), velocity)
+        self._reward.copy_(reward)
+        self._terminated.copy_(terminated)
+        return self._reward, self._terminated
+
+    def _observe(self, out, env_ids=None):
+        sim_ids = None if env_ids is None else env_ids.to(self.physics.device)
+        obs = torch.cat(self.task.observe(PhysicsRows(self.physics, sim_ids)), dim=1)
+        if env_ids is None:
+            out.copy_(obs)
+        else:
+            out.index_copy_(0, env_ids, obs.to(device=out.device, dtype=out.dtype))
+
+    def _reset_envs(self, selection: Selection):
+        physics = self.physics
+        qpos, qvel = self.task.initial_state(selection, self.rng, self._init_qpos, self._init_qvel)
+        if selection.ids is not None:
+            ids = selection.ids.to(physics.device)
+            physics.reset(ids)  # as gymnasium's reset: mj_resetData, then the new state, then mj_forward
+            physics.qpos.index_copy_(0, ids, qpos.to(physics.device))
+            physics.qvel.index_copy_(0, ids, qvel.to(physics.device))
+        else:
+            mask = selection.mask.to(physics.device)
+            ids = mask.nonzero().squeeze(1)
+            physics.reset(ids)
+            physics.qpos.copy_(torch.where(mask[:, None], qpos.to(physics.device), physics.qpos))
+            physics.qvel.copy_(torch.where(mask[:, None], qvel.to(physics.device), physics.qvel))
+        self._after_state_write(ids)
+
+    def _after_state_write(self, ids: torch.Tensor | None) -> None:
+        """Recompute what follows from a newly written state (``mj_forward``, cleared warm-start) and the tracked
+        position, for all environments or ``ids``."""
+        self.physics.forward(ids)
+        if ids is None:
+            self._position.copy_(self.task.position(self._all_rows))
+        else:
+            self._position.index_copy_(0, ids, self.task.position(PhysicsRows(self.physics, ids)))
+
+    # -- state --------------------------------------------------------------------------------------------
+
+    def get_state(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """Copies of ``(qpos [N, nq], qvel [N, nv])``, in the backend's precision (float64 on the CPU)."""
+        return self.physics.qpos.clone(), self.physics.qvel.clone()
+
+    def set_state(self, qpos, qvel, env_ids: torch.Tensor | None = None) -> torch.Tensor:
+        """Set ``qpos`` and ``qvel`` of every environment (or of ``env_ids``), as gymnasium's
+        ``MujocoEnv.set_state`` does for one: derived quantities are recomputed and the solver's warm-start is
+        cleared, so the state alone decides the next step. Returns the new observations. Float64 input keeps
+        its precision on the CPU backend. Step counters and episode statistics carry on."""
+        physics = self.physics
+        ids = None if env_ids is None else torch.as_tensor(env_ids, device=self.device)
+        # _write_state checks shapes, finiteness and env_ids, and writes into the physics' own rows.
+        self._write_state(physics.qpos, qpos, ids, what=f"qpos ([rows, nq={self.model.nq}])")
+        self._write_state(physics.qvel, qvel, ids, what=f"qvel ([rows, nv={self.model.nv}])")
+        self._after_state_write(None if ids is None else ids.to(physics.device))
+        self._observe(self._obs)
+        return self._obs
+
+    def state_dict(self) -> dict[str, torch.Tensor]:
+        return {
+            "physics": self.physics.state.clone(),
+            "position": self._position.clone(),
+            "streams": self.rng._streams.clone(),
+            "running": self._running.clone(),
+            "obs": self._obs.clone(),
+        }
+
+    def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.physics.state.copy_(state["physics"])
+        self._position.copy_(state["position"])
+        self.rng._streams.copy_(state["streams"])
+        self._running.copy_(state["running"])
+        self._obs.copy_(state["obs"])
+
+    # -- rendering ----------------------------------------------------------------------------------------
+
+    def render(self, env_id: int = 0, width: int = 480, height: int = 480, camera: int | str = -1) -> np.ndarray:
+        """Environment ``env_id`` as an RGB array ``[height, width, 3]`` (uint8), from ``camera`` (-1: free).
+
+        Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``.
+        """
+        if not 0 <= env_id < self.num_envs:
+            raise ValueError(f"env_id must be in [0, {self.num_envs}), got {env_id}")
+        renderer = getattr(self, "_renderer", None)
+        if renderer is None or (renderer.width, renderer.height) != (width, height):
+            if renderer is not None:
+                renderer.close()
+            self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
+            self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
+            renderer = self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+        renderer.update_scene(self.physics.data(env_id), camera=camera)
+        return renderer.render()
+
+    def close(self) -> None:
+        renderer = getattr(self, "_renderer", None)
+        if renderer is not None:
+            renderer.close()
+            self._renderer = None

@@ -1,0 +1,181 @@
+"""Batched MuJoCo physics behind one interface, so that each task is written once over torch tensors.
+
+A physics object holds ``num_envs`` simulations of one ``MjModel`` and exposes, as ``[N, ...]`` torch views of
+the simulator's own storage (no copies):
+
+- ``qpos``, ``qvel``, ``ctrl``: the state and controls; writes take effect at the next call.
+- ``derived[name]``: MjData fields computed by the simulator (``xpos``, ``cfrc_ext``, ...), read-only. They are
+  what gymnasium reads from ``MjData`` after ``mj_step`` and ``mj_rnePostConstraint``: the values of the last
+  evaluation inside the step (with RK4, its last stage), not of the new state. After ``forward`` they describe
+  the current state, except ``cfrc_ext``, which ``mj_forward`` does not compute.
+- ``state``: ``[N, k]`` rows holding everything that decides the next step, for checkpoints.
+
+Two backends:
+
+- ``CPUPhysics``: MuJoCo's batch API (``mjbatch.h``, new in MuJoCo 4.0): a native thread pool steps one
+  ``mjData`` per environment with the GIL released. Results are bit-identical to stepping each environment's
+  ``MjData`` in a Python loop, as gymnasium does.
+- ``WarpPhysics`` (``rl_suite.envs.mujoco.warp_physics``): ``mujoco_warp`` with ``nworld = num_envs``, for CUDA
+  (and, slowly, the CPU).
+"""
+
+from __future__ import annotations
+
+import ctypes
+import glob
+import os
+from collections.abc import Sequence
+
+import mujoco
+import numpy as np
+import torch
+
+
+def _load_mujoco_library() -> ctypes.CDLL:
+    """The MuJoCo shared library that the ``mujoco`` package ships (and has already loaded)."""
+    folder = os.path.dirname(mujoco.__file__)
+    candidates = sorted(glob.glob(os.path.join(folder, "libmujoco.so*")) + glob.glob(os.path.join(folder, "*.dylib")))
+    candidates += glob.glob(os.path.join(folder, "mujoco.dll"))
+    if not candidates:
+        raise ImportError(f"cannot find the MuJoCo shared library in {folder}")
+    lib = ctypes.CDLL(candidates[0])
+    if not hasattr(lib, "mjb_makeBatch"):
+        raise ImportError(f"the MuJoCo library in {folder} has no batch API: rl_suite needs mujoco>=4.0")
+    ptr, i32, f64p = ctypes.c_void_p, ctypes.c_int, ctypes.POINTER(ctypes.c_double)
+    signatures = {
+        "mjb_makeBatch": (ptr, [ptr, i32, ptr, ctypes.c_char_p, i32]),
+        "mjb_deleteBatch": (None, [ptr]),
+        "mjb_nstate": (i32, [ptr]),
+        "mjb_state": (f64p, [ptr]),
+        "mjb_stateComponent": (f64p, [ptr, i32, ctypes.POINTER(i32)]),
+        "mjb_output": (ptr, [ptr, ctypes.c_char_p, ctypes.POINTER(i32), ctypes.POINTER(i32)]),
+        "mjb_step": (i32, [ptr, ptr, i32, i32, i32]),
+        "mjb_forward": (i32, [ptr, ptr, i32, i32]),
+        "mjb_reset": (i32, [ptr, ptr, i32, ptr, i32]),
+        "mjb_apply": (i32, [ptr, ptr, i32, ptr, ptr, i32]),
+        "mjb_status": (ctypes.POINTER(i32), [ptr]),
+        "mjb_error": (ctypes.c_char_p, [ptr, i32]),
+        "mjb_getData": (None, [ptr, i32, ptr]),
+    }
+    for name, (restype, argtypes) in signatures.items():
+        function = getattr(lib, name)
+        function.restype, function.argtypes = restype, argtypes
+    return lib
+
+
+class _BatchConfig(ctypes.Structure):
+    _fields_ = [("nthread", ctypes.c_int), ("persistent", ctypes.c_bool)]
+
+
+_lib: ctypes.CDLL | None = None
+
+
+class CPUPhysics:
+    """``num_envs`` simulations stepped by MuJoCo's batch API on ``nthread`` native threads (0: every core).
+
+    Each environment keeps its own ``mjData`` (a persistent batch), so that after a step the derived fields are
+    exactly gymnasium's, and ``mj_rnePostConstraint`` can run on them as gymnasium runs it (for ``cfrc_ext``).
+    The ``mjData`` of the batch are driven through ctypes, which releases the GIL for each call.
+
+    Args:
+        model: the compiled model; the batch works on a copy.
+        num_envs: how many simulations.
+        fields: the derived MjData fields the task reads; the batch copies them out after every call.
+        nthread: native threads, the caller's included; 0 uses every core.
+    """
+
+    backend = "cpu"
+    dtype = torch.float64
+
+    def __init__(self, model: mujoco.MjModel, num_envs: int, fields: Sequence[str] = (), nthread: int = 0):
+        global _lib
+        if _lib is None:
+            _lib = _load_mujoco_library()
+        self._lib = lib = _lib
+        self.model = model
+        self.num_envs = num_envs
+        self.device = torch.device("cpu")
+        error = ctypes.create_string_buffer(1000)
+        config = _BatchConfig(nthread=int(nthread), persistent=True)
+        self._batch = lib.mjb_makeBatch(model._address, num_envs, ctypes.byref(config), error, len(error))
+        if not self._batch:
+            raise RuntimeError(f"MuJoCo could not make a batch of {num_envs} simulations: {error.value.decode()}")
+        nstate = lib.mjb_nstate(self._batch)
+        state = np.ctypeslib.as_array(lib.mjb_state(self._batch), shape=(num_envs, nstate))
+        # The whole integration state (time, qpos, qvel, act, warm-start, ctrl, ...): one float64 row per env.
+        self.state = torch.from_numpy(state)
+        self.qpos = self._state_component(mujoco.mjtState.mjSTATE_QPOS)
+        self.qvel = self._state_component(mujoco.mjtState.mjSTATE_QVEL)
+        self.ctrl = self._state_component(mujoco.mjtState.mjSTATE_CTRL)
+        self._warmstart = self._state_component(mujoco.mjtState.mjSTATE_WARMSTART)
+        template = mujoco.MjData(model)
+        self.derived = {name: self._output(name, getattr(template, name).shape) for name in fields}
+        # gymnasium runs mj_rnePostConstraint after mj_step to fill cfrc_ext; we run it on every mjData of the
+        # batch, on its threads. mjb_apply calls f(m, d, sim, arg); mj_rnePostConstraint(m, d) ignores the two
+        # extra arguments, which every supported ABI (x86-64, AArch64) passes in registers the callee leaves alone.
+        self._rne_post = ctypes.cast(lib.mj_rnePostConstraint, ctypes.c_void_p) if "cfrc_ext" in fields else None
+        self._forward_stage = int(mujoco.mjtStage.mjSTAGE_ACC)
+
+    def _state_component(self, component: mujoco.mjtState) -> torch.Tensor:
+        size = ctypes.c_int()
+        first_row = self._lib.mjb_stateComponent(self._batch, int(component), ctypes.byref(size))
+        address = ctypes.addressof(first_row.contents)
+        offset = (address - self.state.data_ptr()) // self.state.element_size()
+        return self.state[:, offset : offset + size.value]
+
+    def _output(self, name: str, shape: tuple[int, ...]) -> torch.Tensor:
+        size, elemsize = ctypes.c_int(), ctypes.c_int()
+        address = self._lib.mjb_output(self._batch, name.encode(), ctypes.byref(size), ctypes.byref(elemsize))
+        if not address or elemsize.value != 8:
+            raise ValueError(f"{name!r} is not an MjData field of float64 values that the batch can copy out")
+        buffer = (ctypes.c_double * (self.num_envs * size.value)).from_address(address)
+        return torch.from_numpy(np.frombuffer(buffer, dtype=np.float64).reshape(self.num_envs, *shape))
+
+    def _check(self, failed: int, what: str) -> None:
+        if failed:
+            status = np.ctypeslib.as_array(self._lib.mjb_status(self._batch), shape=(self.num_envs,))
+            first = int(np.flatnonzero(status)[0])
+            message = self._lib.mjb_error(self._batch, first).decode()
+            raise RuntimeError(f"MuJoCo raised in {failed} simulations during {what} (env {first}: {message})")
+
+    def step(self, nstep: int) -> None:
+        """Advance every simulation by ``nstep`` calls to ``mj_step`` with the current controls."""
+        self._check(self._lib.mjb_step(self._batch, None, 0, nstep, 0), "mj_step")
+        if self._rne_post is not None:
+            self._check(self._lib.mjb_apply(self._batch, None, 0, self._rne_post, None, 0), "mj_rnePostConstraint")
+            # mjb_apply does not copy the outputs out; a call that computes no stage does, and nothing else
+            self._check(self._lib.mjb_forward(self._batch, None, 0, int(mujoco.mjtStage.mjSTAGE_NONE)), "output copy")
+
+    def reset(self, env_ids: torch.Tensor | None = None) -> None:
+        """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and zero derived
+        fields (gymnasium's ``reset`` does this before drawing the new state, so ``cfrc_ext`` starts at zero)."""
+        none = int(mujoco.mjtStage.mjSTAGE_NONE)
+        if env_ids is None:
+            failed = self._lib.mjb_reset(self._batch, None, 0, None, none)
+        else:
+            ids = np.ascontiguousarray(env_ids.numpy(), dtype=np.int32)
+            failed = self._lib.mjb_reset(self._batch, ids.ctypes.data, len(ids), None, none)
+        self._check(failed, "mj_resetData")
+
+    def forward(self, env_ids: torch.Tensor | None = None) -> None:
+        """Make the chosen simulations' state alone decide what follows: clear the solver's warm-start and
+        recompute their derived fields (``mj_forward``). Other simulations keep theirs."""
+        if env_ids is None:
+            self._warmstart.zero_()
+            failed = self._lib.mjb_forward(self._batch, None, 0, self._forward_stage)
+        else:
+            self._warmstart.index_fill_(0, env_ids, 0.0)
+            ids = np.ascontiguousarray(env_ids.numpy(), dtype=np.int32)
+            failed = self._lib.mjb_forward(self._batch, ids.ctypes.data, len(ids), self._forward_stage)
+        self._check(failed, "mj_forward")
+
+    def data(self, env_id: int) -> mujoco.MjData:
+        """A copy of one simulation's ``MjData``, derived fields included, for rendering."""
+        data = mujoco.MjData(self.model)
+        self._lib.mjb_getData(self._batch, env_id, data._address)
+        return data
+
+    def __del__(self):
+        if getattr(self, "_batch", None):
+            self._lib.mjb_deleteBatch(self._batch)
+            self._batch = None
