@@ -139,6 +139,7 @@ class Runner:
         self.next_log, self.next_eval = config.log_every_steps, config.eval_every_steps
         self.next_checkpoint = config.checkpoint_every_steps
         self.last_eval: dict[str, Any] | None = None
+        self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
         if resume:
             self._restore()
@@ -212,6 +213,9 @@ class Runner:
 
     def _evaluate(self, logger, wall_time: float) -> None:
         self.last_eval = evaluate(self.agent, self.eval_env, seed=self.config.seed + 1_000_003)
+        self.evaluations.append(
+            {"env_steps": self.env_steps, "wall_time_s": wall_time, "mean_return": self.last_eval["mean_return"]}
+        )
         logger.scalars(
             self.env_steps,
             {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]},
@@ -232,6 +236,7 @@ class Runner:
             "iterations": self.iterations,
             "wall_time_s": wall_time,
             "final_eval": self.last_eval,
+            "evaluations": self.evaluations,
         }
         if self.config.stop_at_return is not None:
             summary["threshold"] = self.threshold or {
@@ -268,6 +273,7 @@ class Runner:
                 "next_eval": self.next_eval,
                 "next_checkpoint": self.next_checkpoint,
                 "last_eval": self.last_eval,
+                "evaluations": self.evaluations,
                 "threshold": self.threshold,
             },
             "rng": rng_state(),
@@ -298,6 +304,7 @@ class Runner:
         self.next_log, self.next_eval = runner["next_log"], runner["next_eval"]
         self.next_checkpoint = runner["next_checkpoint"]
         self.last_eval, self.threshold = runner["last_eval"], runner["threshold"]
+        self.evaluations = runner.get("evaluations", [])
         set_rng_state(state["rng"])
 
 

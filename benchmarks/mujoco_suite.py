@@ -1,0 +1,292 @@
+"""PPO and SAC on MuJoCo tasks: rl-suite against stable-baselines3 under the same wall-clock budget.
+
+Each run trains for ``--minutes`` of wall-clock (evaluations included) and then evaluates its final deterministic
+policy over 10 episodes. Runs go two at a time, each pinned to its own core with one torch thread, and the two
+libraries run the same algorithm side by side, so both see the same machine load.
+
+- rl-suite runs the settings shipped in ``agents/hyperparams/{ppo,sac}.yaml`` on our batched MuJoCo envs.
+- stable-baselines3 runs rl-zoo3's tuned HalfCheetah settings (SAC: defaults with ``learning_starts=10000``;
+  PPO: VecNormalize, 512-step rollouts, batch 64, 20 epochs, lr 2.06e-5, clip 0.1, ReLU 256x256, log-std -2)
+  on one gymnasium env, as rl-zoo3 does.
+
+    python benchmarks/mujoco_suite.py [--tasks HalfCheetah-v5 ...] [--algos ppo sac] [--minutes 15] [--seeds 0]
+
+Writes ``benchmarks/results/mujoco_suite.{md,csv}`` (final returns), ``mujoco_suite_curves.csv`` (every
+evaluation: env steps, wall-clock, mean return) and ``mujoco_suite_<task>.png`` (return against env steps and
+against wall-clock), with the machine it ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+import torch
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+EVAL_EPISODES = 10
+EVAL_EVERY = {"ppo": 100_000, "sac": 20_000}  # env steps, for both libraries
+
+
+# -- one run, in its own process ---------------------------------------------------------------------------
+
+
+def run_ours(algo_name: str, env_id: str, seed: int, seconds: float, run_dir: pathlib.Path) -> dict:
+    import rl_suite
+    from rl_suite.checkpoint import seed_everything
+    from rl_suite.cli import tuned_settings
+    from rl_suite.config import split_overrides
+    from rl_suite.registry import load_algorithm
+    from rl_suite.runner import RunConfig, Runner
+
+    algo = load_algorithm(algo_name)
+    settings = tuned_settings(algo, env_id)
+    settings.update(
+        total_steps=10**12,
+        time_budget_s=seconds,
+        eval_every_steps=EVAL_EVERY[algo_name],
+        eval_episodes=EVAL_EPISODES,
+        checkpoint_every_steps=10**12,
+        log_every_steps=50_000,
+        progress=False,
+        seed=seed,
+        env_kwargs={"nthread": 1},  # one core per run
+    )
+    run_values, agent_values = split_overrides(settings, RunConfig, algo.Config)
+    config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
+    seed_everything(seed)
+    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, nthread=1)
+    agent = algo(env.observation_space, env.action_space, algo.Config(**agent_values))
+    summary = Runner(agent, env, config, run_dir=run_dir).run()
+    return {
+        "env_steps": summary["env_steps"],
+        "final_return": summary["final_eval"]["mean_return"],
+        "curve": summary["evaluations"],
+    }
+
+
+def run_sb3(algo_name: str, env_id: str, seed: int, seconds: float) -> dict:
+    from stable_baselines3 import PPO, SAC
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
+
+    env = make_vec_env(env_id, n_envs=1, seed=seed)
+    eval_env = make_vec_env(env_id, n_envs=1, seed=seed + 1_000_003)
+    if algo_name == "sac":
+        model = SAC("MlpPolicy", env, learning_starts=10_000, seed=seed, device="cpu")
+    else:
+        env = VecNormalize(env, gamma=0.98)
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+        model = PPO(
+            "MlpPolicy",
+            env,
+            n_steps=512,
+            batch_size=64,
+            gamma=0.98,
+            learning_rate=2.0633e-05,
+            ent_coef=0.000401762,
+            clip_range=0.1,
+            n_epochs=20,
+            gae_lambda=0.92,
+            max_grad_norm=0.8,
+            vf_coef=0.58096,
+            policy_kwargs={
+                "log_std_init": -2,
+                "ortho_init": False,
+                "activation_fn": torch.nn.ReLU,
+                "net_arch": {"pi": [256, 256], "vf": [256, 256]},
+            },
+            seed=seed,
+            device="cpu",
+        )
+
+    def evaluate() -> float:
+        sync_envs_normalization(model.get_env(), eval_env)
+        mean, _ = evaluate_policy(model, eval_env, n_eval_episodes=EVAL_EPISODES, deterministic=True)
+        return float(mean)
+
+    started = time.perf_counter()
+    curve: list[dict] = []
+
+    class Budget(BaseCallback):
+        """Evaluate every EVAL_EVERY env steps; stop when the wall-clock budget is spent."""
+
+        next_eval = EVAL_EVERY[algo_name]
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps >= self.next_eval:
+                self.next_eval += EVAL_EVERY[algo_name]
+                curve.append(
+                    {
+                        "env_steps": self.num_timesteps,
+                        "wall_time_s": time.perf_counter() - started,
+                        "mean_return": evaluate(),
+                    }
+                )
+            return time.perf_counter() - started < seconds
+
+    model.learn(total_timesteps=10**12, callback=Budget())
+    final = evaluate()
+    curve.append({"env_steps": model.num_timesteps, "wall_time_s": time.perf_counter() - started, "mean_return": final})
+    return {"env_steps": model.num_timesteps, "final_return": final, "curve": curve}
+
+
+def worker(args) -> None:
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    if args.lib == "ours":
+        with tempfile.TemporaryDirectory() as run_dir:
+            result = run_ours(args.algo, args.task, args.seed, args.minutes * 60, pathlib.Path(run_dir))
+    else:
+        result = run_sb3(args.algo, args.task, args.seed, args.minutes * 60)
+    result.update(lib=args.lib, algo=args.algo, task=args.task, seed=args.seed, seconds=time.perf_counter() - started)
+    pathlib.Path(args.out).write_text(json.dumps(result))
+
+
+# -- the suite -----------------------------------------------------------------------------------------------
+
+
+def launch(lib: str, algo: str, task: str, seed: int, minutes: float, core: int, out: pathlib.Path):
+    command = [sys.executable, __file__, "--worker", "--lib", lib, "--algo", algo, "--task", task]
+    command += ["--seed", str(seed), "--minutes", str(minutes), "--out", str(out)]
+    cores = os.sched_getaffinity(0)
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core in cores else None
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen(command, preexec_fn=pin, env=env)
+
+
+def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, axes = plt.subplots(1, 2, figsize=(11, 4))
+    for run in rows:
+        if run["task"] != task:
+            continue
+        steps = [p["env_steps"] for p in run["curve"]]
+        wall = [p["wall_time_s"] / 60 for p in run["curve"]]
+        returns = [p["mean_return"] for p in run["curve"]]
+        label = f"{'rl-suite' if run['lib'] == 'ours' else 'SB3'} {run['algo'].upper()} (seed {run['seed']})"
+        style = "-" if run["lib"] == "ours" else "--"
+        axes[0].plot(steps, returns, style, label=label)
+        axes[1].plot(wall, returns, style, label=label)
+    axes[0].set_xscale("log")
+    axes[0].set_xlabel("env steps")
+    axes[1].set_xlabel("wall-clock (minutes)")
+    for axis in axes:
+        axis.set_ylabel("mean evaluation return")
+        axis.grid(alpha=0.3)
+    axes[1].legend(fontsize=8)
+    figure.suptitle(f"{task}: rl-suite vs stable-baselines3, equal wall-clock, one core per run")
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
+    parser.add_argument("--libs", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
+    parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lib", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", help=argparse.SUPPRESS)
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from env_throughput import machine
+
+    RESULTS.mkdir(exist_ok=True)
+    rows: list[dict] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        # a round runs one (task, algo, seed) for every library at once, each on its own core
+        for task in args.tasks:
+            for algo in args.algos:
+                for seed in args.seeds:
+                    outs = [pathlib.Path(scratch) / f"{lib}-{algo}-{task}-{seed}.json" for lib in args.libs]
+                    processes = [
+                        launch(lib, algo, task, seed, args.minutes, core, out)
+                        for core, (lib, out) in enumerate(zip(args.libs, outs, strict=True))
+                    ]
+                    for process in processes:
+                        if process.wait() != 0:
+                            raise SystemExit(f"a {algo} run on {task} failed (exit {process.returncode})")
+                    for out in outs:
+                        rows.append(json.loads(out.read_text()))
+                        run = rows[-1]
+                        print(
+                            f"{run['task']} {run['lib']} {run['algo']} seed {run['seed']}: final return "
+                            f"{run['final_return']:.0f} after {run['env_steps']:,} env steps",
+                            flush=True,
+                        )
+
+    suffix = args.suffix
+    command = "python benchmarks/mujoco_suite.py " + " ".join(sys.argv[1:])
+    with open(RESULTS / f"mujoco_suite_curves{suffix}.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["task", "lib", "algo", "seed", "env_steps", "wall_time_s", "mean_return"])
+        for run in rows:
+            for point in run["curve"]:
+                writer.writerow([run["task"], run["lib"], run["algo"], run["seed"], *point.values()])
+    with open(RESULTS / f"mujoco_suite{suffix}.csv", "w", newline="") as file:
+        writer = csv.writer(file)
+        writer.writerow(["task", "lib", "algo", "seed", "minutes", "env_steps", "final_return"])
+        for run in rows:
+            writer.writerow([run["task"], run["lib"], run["algo"], run["seed"], args.minutes, run["env_steps"],
+                             round(run["final_return"], 1)])
+
+    lines = [
+        "# MuJoCo suite: rl-suite vs stable-baselines3 at equal wall-clock",
+        "",
+        f"{datetime.date.today()}, `{command}`",
+        "",
+        f"Machine: {machine()}. Each run is pinned to one core with one torch thread; the two libraries run the",
+        f"same algorithm side by side. Budget: {args.minutes:g} minutes of wall-clock per run, evaluations included;",
+        f"final return: mean over {EVAL_EPISODES} deterministic episodes. Curves: mujoco_suite_curves{suffix}.csv and",
+        "mujoco_suite_<task>.png.",
+        "",
+        "| task | library | algorithm | env steps | final return (mean over seeds) |",
+        "| --- | --- | --- | ---: | ---: |",
+    ]
+    for task in args.tasks:
+        best = {}
+        for lib in args.libs:
+            for algo in args.algos:
+                runs = [r for r in rows if (r["task"], r["lib"], r["algo"]) == (task, lib, algo)]
+                final = float(np.mean([r["final_return"] for r in runs]))
+                steps = int(np.mean([r["env_steps"] for r in runs]))
+                best[lib] = max(best.get(lib, -np.inf), final)
+                name = "rl-suite" if lib == "ours" else "stable-baselines3"
+                lines.append(f"| {task} | {name} | {algo.upper()} | {steps:,} | {final:.0f} |")
+        if {"ours", "sb3"} <= set(best):
+            ratio = best["ours"] / best["sb3"] if best["sb3"] > 0 else float("nan")
+            lines += ["", f"{task}: best of rl-suite / best of SB3 = **{ratio:.2f}x** (goal: at least 1.5x)", ""]
+        plot(rows, task, RESULTS / f"mujoco_suite_{task.split('-')[0]}{suffix}.png")
+    (RESULTS / f"mujoco_suite{suffix}.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
