@@ -4,9 +4,10 @@ A run stops at a step budget, at a time budget, or when the evaluation's mean re
 leaves behind its run directory:
 
     config.yaml          every setting, enough to rerun
-    events.out.tfevents* TensorBoard scalars
+    events.out.tfevents* TensorBoard scalars (and evaluation videos)
+    videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
-    summary.json         env_steps, wall_time_s, final_eval, and threshold when one was set
+    summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve), and threshold
 """
 
 from __future__ import annotations
@@ -64,6 +65,9 @@ class RunConfig:
     """Write scalars and refresh the progress display every this many env steps."""
     checkpoint_every_steps: int = 100_000
     """Write a checkpoint every this many env steps (and at the end)."""
+    video_every_steps: int = 0
+    """Record a video of one evaluation episode every this many env steps (and at the end) into ``videos/`` and
+    TensorBoard; 0 for none. Needs an environment that renders (the MuJoCo tasks)."""
     keep_checkpoints: int = 2
     """How many of the newest checkpoints to keep."""
     checkpoint_buffer: bool = True
@@ -138,6 +142,8 @@ class Runner:
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
         self.next_log, self.next_eval = config.log_every_steps, config.eval_every_steps
         self.next_checkpoint = config.checkpoint_every_steps
+        self.next_video = config.video_every_steps if config.video_every_steps > 0 else math.inf
+        self.video_env = None
         self.last_eval: dict[str, Any] | None = None
         self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
@@ -172,6 +178,9 @@ class Runner:
                     self.next_eval = _next(self.env_steps, config.eval_every_steps)
                     self._evaluate(logger, time.perf_counter() - started)
                     stop = stop or self.threshold is not None and self.threshold["reached"]
+                if self.env_steps >= self.next_video or stop and config.video_every_steps > 0:
+                    self.next_video = _next(self.env_steps, config.video_every_steps)
+                    self._record_video(logger)
                 if self.env_steps >= self.next_checkpoint or stop:
                     self.next_checkpoint = _next(self.env_steps, config.checkpoint_every_steps)
                     self._checkpoint(time.perf_counter() - started)
@@ -228,6 +237,22 @@ class Runner:
                 f"{self.env_steps:,} env steps and {wall_time:.1f} s"
             )
 
+    def _record_video(self, logger) -> None:
+        from rl_suite.registry import make
+        from rl_suite.video import record_episode, write_video
+
+        if self.video_env is None:
+            seed = self.config.seed + 2_000_003
+            self.video_env = make(self.config.env_id, num_envs=1, seed=seed, **self.config.env_kwargs)
+        if not hasattr(self.video_env, "render"):
+            logger.message(f"{self.config.env_id} does not render: no video")
+            self.next_video = math.inf
+            return
+        frames = record_episode(self.agent, self.video_env)
+        fps = 1.0 / getattr(self.video_env, "dt", 1.0 / 30)
+        path = self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif"
+        write_video(logger.writer, path, "eval/video", frames, self.env_steps, fps)
+
     def _summary(self, wall_time: float) -> dict[str, Any]:
         summary = {
             "algo": self.config.algo,
@@ -272,6 +297,7 @@ class Runner:
                 "next_log": self.next_log,
                 "next_eval": self.next_eval,
                 "next_checkpoint": self.next_checkpoint,
+                "next_video": self.next_video,
                 "last_eval": self.last_eval,
                 "evaluations": self.evaluations,
                 "threshold": self.threshold,
@@ -303,6 +329,7 @@ class Runner:
         self.wall_time_before = runner["wall_time_s"]
         self.next_log, self.next_eval = runner["next_log"], runner["next_eval"]
         self.next_checkpoint = runner["next_checkpoint"]
+        self.next_video = runner.get("next_video", self.next_video)
         self.last_eval, self.threshold = runner["last_eval"], runner["threshold"]
         self.evaluations = runner.get("evaluations", [])
         set_rng_state(state["rng"])

@@ -222,3 +222,37 @@ def test_checkpoints_load_with_weights_only(tmp_path):
     state = torch.load(path, weights_only=True)
     assert state["algo"] == "sac" and state["buffer"]["size"] > 0 and "torch" in state["rng"]
     assert pathlib.Path(path).stat().st_size > 0
+
+
+def test_learning_curve_is_in_the_summary(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = Runner(agent, env, run_config(), run_dir=tmp_path).run()
+    curve = summary["evaluations"]
+    assert [point["env_steps"] for point in curve] == [320, 640]
+    assert curve[-1]["mean_return"] == summary["final_eval"]["mean_return"]
+    assert 0 < curve[0]["wall_time_s"] <= curve[1]["wall_time_s"] <= summary["wall_time_s"]
+
+
+def test_evaluation_videos_go_to_the_run_directory_and_tensorboard(tmp_path):
+    pytest.importorskip("mujoco")
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    agent, env = build(PPO, "InvertedPendulum-v5", TINY_PPO, num_envs=2)
+    config = run_config(env_id="InvertedPendulum-v5", num_envs=2, total_steps=64, eval_every_steps=64,
+                        eval_episodes=2, video_every_steps=32)
+    try:
+        Runner(agent, env, config, run_dir=tmp_path).run()
+    except Exception as error:
+        if "OpenGL" in str(error) or "GL" in type(error).__name__:
+            pytest.skip(f"no OpenGL context: {error}")
+        raise
+    videos = sorted(p.name for p in (tmp_path / "videos").glob("*.gif"))
+    assert videos == ["eval-000000000032.gif", "eval-000000000064.gif"]
+    import imageio.v3 as iio
+
+    frames = iio.imread(tmp_path / "videos" / videos[-1], index=None)
+    assert frames.ndim == 4 and frames.shape[0] >= 2 and frames.shape[1:3] == (240, 240)
+    events = EventAccumulator(str(tmp_path), size_guidance={"images": 0})
+    events.Reload()
+    assert "eval/video" in events.Tags()["images"]
+    assert [image.step for image in events.Images("eval/video")] == [32, 64]
