@@ -134,7 +134,7 @@ register("Acrobot-v1", "rl_suite.envs.classic.acrobot:Acrobot")
 register("MountainCar-v0", "rl_suite.envs.classic.mountain_car:MountainCar")
 register("MountainCarContinuous-v0", "rl_suite.envs.classic.mountain_car:MountainCarContinuous")
 
-# gymnasium's v5 MuJoCo tasks on batched physics (mujoco.batch on the CPU, mujoco_warp on CUDA).
+# gymnasium's v5 MuJoCo tasks on batched physics (MuJoCo's batch API on the CPU, mujoco_warp on CUDA).
 for _task in (
     "Ant",
     "HalfCheetah",

@@ -238,17 +238,22 @@ class Runner:
             )
 
     def _record_video(self, logger) -> None:
+        """Record one evaluation episode; a video that cannot be made (no renderer, no OpenGL) costs a message,
+        never the run."""
         from rl_suite.registry import make
         from rl_suite.video import record_episode, write_video
 
-        if self.video_env is None:
-            seed = self.config.seed + 2_000_003
-            self.video_env = make(self.config.env_id, num_envs=1, seed=seed, **self.config.env_kwargs)
-        if not hasattr(self.video_env, "render"):
-            logger.message(f"{self.config.env_id} does not render: no video")
+        try:
+            if self.video_env is None:
+                seed = self.config.seed + 2_000_003
+                self.video_env = make(self.config.env_id, num_envs=1, seed=seed, **self.config.env_kwargs)
+            if not hasattr(self.video_env, "render"):
+                raise NotImplementedError(f"{self.config.env_id} does not render")
+            frames = record_episode(self.agent, self.video_env)
+        except Exception as error:  # noqa: BLE001 - any failure to render must not stop training
+            logger.message(f"no evaluation videos: {type(error).__name__}: {error}")
             self.next_video = math.inf
             return
-        frames = record_episode(self.agent, self.video_env)
         fps = 1.0 / getattr(self.video_env, "dt", 1.0 / 30)
         path = self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif"
         write_video(logger.writer, path, "eval/video", frames, self.env_steps, fps)

@@ -240,12 +240,9 @@ def test_evaluation_videos_go_to_the_run_directory_and_tensorboard(tmp_path):
     agent, env = build(PPO, "InvertedPendulum-v5", TINY_PPO, num_envs=2)
     config = run_config(env_id="InvertedPendulum-v5", num_envs=2, total_steps=64, eval_every_steps=64,
                         eval_episodes=2, video_every_steps=32)
-    try:
-        Runner(agent, env, config, run_dir=tmp_path).run()
-    except Exception as error:
-        if "OpenGL" in str(error) or "GL" in type(error).__name__:
-            pytest.skip(f"no OpenGL context: {error}")
-        raise
+    Runner(agent, env, config, run_dir=tmp_path).run()
+    if not (tmp_path / "videos").exists():
+        pytest.skip("no OpenGL context on this machine: the run went on without videos")
     videos = sorted(p.name for p in (tmp_path / "videos").glob("*.gif"))
     assert videos == ["eval-000000000032.gif", "eval-000000000064.gif"]
     import imageio.v3 as iio
@@ -256,3 +253,10 @@ def test_evaluation_videos_go_to_the_run_directory_and_tensorboard(tmp_path):
     events.Reload()
     assert "eval/video" in events.Tags()["images"]
     assert [image.step for image in events.Images("eval/video")] == [32, 64]
+
+
+def test_a_task_that_cannot_render_costs_a_message_not_the_run(tmp_path, capsys):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    summary = Runner(agent, env, run_config(video_every_steps=320), run_dir=tmp_path).run()
+    assert summary["env_steps"] == 640 and not (tmp_path / "videos").exists()
+    assert "no evaluation videos: NotImplementedError: CartPole-v1 does not render" in capsys.readouterr().out

@@ -5,8 +5,9 @@ space from the actuators' control ranges, the frame skip, time limits, auto-rese
 and rendering. A task (``tasks.py``) says only what differs: its observation, reward, termination and initial
 state, written once in torch over the physics fields.
 
-Backends: ``"cpu"`` (``mujoco.batch`` on native threads, float64) and ``"warp"`` (``mujoco_warp``, float32).
-The device picks one (CPU device: ``"cpu"``; CUDA: ``"warp"``); ``backend=`` forces either.
+Backends (``physics.py``, ``warp_physics.py``): ``"cpu"`` (MuJoCo's batch API on native threads, float64) and
+``"warp"`` (``mujoco_warp``, float32). The device picks one (CPU device: ``"cpu"``; CUDA: ``"warp"``);
+``backend=`` forces either.
 """
 
 from __future__ import annotations
