@@ -3,8 +3,9 @@
 Every task keeps gymnasium's defaults and keyword arguments (same names, same meaning): observations,
 rewards and their terms, health and termination rules, reset noise, frame skip and time limit. Fields are read
 as gymnasium reads them from ``MjData`` after ``mj_step`` and ``mj_rnePostConstraint``: ``qpos``/``qvel`` are the
-new state, while derived fields (``xpos``, ``cfrc_ext``, ``cinert``, ...) describe the state before the last
-substep. ``rows`` below is a ``PhysicsRows``: ``rows.qpos`` and ``rows.xpos`` are ``[n, ...]`` tensors.
+new state, while derived fields (``xpos``, ``cfrc_ext``, ``cinert``, ...) come from the last evaluation inside the
+step (the last substep's start, or with RK4 its last stage). ``rows`` below is a ``PhysicsRows``: ``rows.qpos`` and
+``rows.xpos`` are ``[n, ...]`` tensors.
 
 Initial states are drawn from each environment's own random stream with gymnasium's distributions. Where
 gymnasium uses rejection sampling (the goals of Reacher and Pusher), we draw the same distribution without a
@@ -308,6 +309,11 @@ class Ant(MujocoTask):
         return self._uniform_noise(selection, rng, qpos0), self._normal_noise(selection, rng, qvel0)
 
 
+def _humanoid_parts(cinert: bool, cvel: bool, qfrc_actuator: bool, cfrc_ext: bool) -> dict[str, bool]:
+    """Which derived fields Humanoid's and HumanoidStandup's observations include, by field."""
+    return {"cinert": cinert, "cvel": cvel, "qfrc_actuator": qfrc_actuator, "cfrc_ext": cfrc_ext}
+
+
 def _humanoid_observation_size(task: MujocoTask, model: mujoco.MjModel) -> int:
     widths = {"cinert": 10 * (model.nbody - 1), "cvel": 6 * (model.nbody - 1)}
     widths |= {"qfrc_actuator": model.nv - 6, "cfrc_ext": 6 * (model.nbody - 1)}
@@ -365,12 +371,12 @@ class Humanoid(MujocoTask):
         self.healthy_z_range = healthy_z_range
         self.reset_noise_scale = reset_noise_scale
         self.skip = 2 * int(exclude_current_positions_from_observation)
-        self.include = {
-            "cinert": include_cinert_in_observation,
-            "cvel": include_cvel_in_observation,
-            "qfrc_actuator": include_qfrc_actuator_in_observation,
-            "cfrc_ext": include_cfrc_ext_in_observation,
-        }
+        self.include = _humanoid_parts(
+            include_cinert_in_observation,
+            include_cvel_in_observation,
+            include_qfrc_actuator_in_observation,
+            include_cfrc_ext_in_observation,
+        )
 
     def bind(self, model, device, dtype):
         super().bind(model, device, dtype)
@@ -421,12 +427,12 @@ class HumanoidStandup(MujocoTask):
         self.impact_cost_range = impact_cost_range
         self.reset_noise_scale = reset_noise_scale
         self.skip = 2 * int(exclude_current_positions_from_observation)
-        self.include = {
-            "cinert": include_cinert_in_observation,
-            "cvel": include_cvel_in_observation,
-            "qfrc_actuator": include_qfrc_actuator_in_observation,
-            "cfrc_ext": include_cfrc_ext_in_observation,
-        }
+        self.include = _humanoid_parts(
+            include_cinert_in_observation,
+            include_cvel_in_observation,
+            include_qfrc_actuator_in_observation,
+            include_cfrc_ext_in_observation,
+        )
 
     def observation_size(self, model):
         return _humanoid_observation_size(self, model)
