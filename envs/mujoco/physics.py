@@ -68,6 +68,17 @@ class _BatchConfig(ctypes.Structure):
 
 
 _lib: ctypes.CDLL | None = None
+_STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)  # a call that computes nothing, but copies the outputs out
+_STAGE_FORWARD = int(mujoco.mjtStage.mjSTAGE_ACC)  # mj_forward
+
+
+def _id_array(env_ids: torch.Tensor | None) -> tuple[np.ndarray | None, int | None, int]:
+    """Simulation ids as the batch API takes them: a contiguous int32 array (which the caller keeps alive during
+    the call), its address and its length; ``(None, None, 0)`` for every simulation."""
+    if env_ids is None:
+        return None, None, 0
+    ids = np.ascontiguousarray(env_ids.numpy(), dtype=np.int32)
+    return ids, ids.ctypes.data, len(ids)
 
 
 class CPUPhysics:
@@ -114,7 +125,6 @@ class CPUPhysics:
         # batch, on its threads. mjb_apply calls f(m, d, sim, arg); mj_rnePostConstraint(m, d) ignores the two
         # extra arguments, which every supported ABI (x86-64, AArch64) passes in registers the callee leaves alone.
         self._rne_post = ctypes.cast(lib.mj_rnePostConstraint, ctypes.c_void_p) if "cfrc_ext" in fields else None
-        self._forward_stage = int(mujoco.mjtStage.mjSTAGE_ACC)
 
     def _state_component(self, component: mujoco.mjtState) -> torch.Tensor:
         size = ctypes.c_int()
@@ -144,17 +154,13 @@ class CPUPhysics:
         if self._rne_post is not None:
             self._check(self._lib.mjb_apply(self._batch, None, 0, self._rne_post, None, 0), "mj_rnePostConstraint")
             # mjb_apply does not copy the outputs out; a call that computes no stage does, and nothing else
-            self._check(self._lib.mjb_forward(self._batch, None, 0, int(mujoco.mjtStage.mjSTAGE_NONE)), "output copy")
+            self._check(self._lib.mjb_forward(self._batch, None, 0, _STAGE_NONE), "output copy")
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and zero derived
         fields (gymnasium's ``reset`` does this before drawing the new state, so ``cfrc_ext`` starts at zero)."""
-        none = int(mujoco.mjtStage.mjSTAGE_NONE)
-        if env_ids is None:
-            failed = self._lib.mjb_reset(self._batch, None, 0, None, none)
-        else:
-            ids = np.ascontiguousarray(env_ids.numpy(), dtype=np.int32)
-            failed = self._lib.mjb_reset(self._batch, ids.ctypes.data, len(ids), None, none)
+        ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
+        failed = self._lib.mjb_reset(self._batch, pointer, count, None, _STAGE_NONE)
         self._check(failed, "mj_resetData")
 
     def forward(self, env_ids: torch.Tensor | None = None) -> None:
@@ -162,11 +168,10 @@ class CPUPhysics:
         recompute their derived fields (``mj_forward``). Other simulations keep theirs."""
         if env_ids is None:
             self._warmstart.zero_()
-            failed = self._lib.mjb_forward(self._batch, None, 0, self._forward_stage)
         else:
             self._warmstart.index_fill_(0, env_ids, 0.0)
-            ids = np.ascontiguousarray(env_ids.numpy(), dtype=np.int32)
-            failed = self._lib.mjb_forward(self._batch, ids.ctypes.data, len(ids), self._forward_stage)
+        ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
+        failed = self._lib.mjb_forward(self._batch, pointer, count, _STAGE_FORWARD)
         self._check(failed, "mj_forward")
 
     def data(self, env_id: int) -> mujoco.MjData:
