@@ -23,7 +23,7 @@ from torch import nn
 
 from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec
-from rl_suite.networks import ActionScaler, EnsembleMLP, RunningNorm, TanhGaussianPolicy
+from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,17 +58,6 @@ class SACConfig:
     """Entropy target; ``None`` for -dim(A)."""
     normalize_obs: bool = False
     """Normalise observations with running statistics kept in the policy."""
-
-
-class TwinCritic(nn.Module):
-    """Q_1(s, a) and Q_2(s, a), with actions in the policy's [-1, 1] space, evaluated together: ``[2, B]``."""
-
-    def __init__(self, obs_dim: int, act_dim: int, hidden, activation):
-        super().__init__()
-        self.net = EnsembleMLP(2, obs_dim + act_dim, hidden, 1, activation)
-
-    def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
-        return self.net(torch.cat((obs, action), -1), frozen).squeeze(-1)
 
 
 class SAC(Agent):

@@ -14,6 +14,7 @@ that checkpoints, ``save`` and ``load`` cover them.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pathlib
 from typing import Any, ClassVar
@@ -70,6 +71,15 @@ class Agent:
 
     def update(self, buffer) -> dict[str, torch.Tensor]:
         raise NotImplementedError
+
+    @contextlib.contextmanager
+    def paused(self):
+        """For the duration, no background work changes the agent or its buffer (a checkpoint is being taken).
+        Agents that learn in worker threads (PQL) park them here."""
+        yield
+
+    def close(self) -> None:
+        """Stop any background work; the runner calls this when a run ends, however it ends."""
 
     def counters(self) -> dict[str, Any]:
         """Plain values that a checkpoint must restore besides weights and optimisers (update counts, ...)."""

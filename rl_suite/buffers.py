@@ -198,11 +198,9 @@ class ReplayBuffer:
             name: d[name][row, env] for name in d if name not in ("rewards", "terminated", "truncated", "next_obs")
         }
         if self.n_step == 1:
-            batch.update(
-                rewards=d["rewards"][row, env],
-                next_obs=d["next_obs"][row, env],
-                discount=self.gamma * (~d["terminated"][row, env]),
-            )
+            batch.update(rewards=d["rewards"][row, env], next_obs=d["next_obs"][row, env])
+            if "discount" not in batch:  # transitions stored with their own discount (NStepWindow's) keep it
+                batch["discount"] = self.gamma * (~d["terminated"][row, env])
             return batch
         rewards = torch.zeros(batch_size, device=self.device)
         discount = torch.ones(batch_size, device=self.device)
@@ -218,3 +216,61 @@ class ReplayBuffer:
             alive = alive & ~(d["terminated"][r, env] | d["truncated"][r, env])
         batch.update(rewards=rewards, next_obs=d["next_obs"][last, env], discount=discount * (~terminated))
         return batch
+
+
+class NStepWindow:
+    """Forms n-step transitions as the collector produces 1-step ones, on the device, for all environments at once.
+
+    It keeps the newest ``n`` batched transitions. Once it holds ``n``, each ``push`` completes the transitions that
+    started ``n - 1`` steps earlier and returns them: ``obs`` and ``actions`` of that step, ``rewards`` (the
+    discounted sum until the window or the episode ends), ``next_obs`` (where it ended), ``terminated`` and
+    ``truncated`` (how it ended) and ``discount`` (``gamma**m``, zero after termination), the same fields as
+    ``ReplayBuffer.sample``, so that a 1-step replay buffer can store them. The returned tensors are reused by the
+    next ``push``: copy them before then.
+    """
+
+    def __init__(self, n: int, gamma: float, num_envs: int, spec: Spec, device: torch.device):
+        if n < 1:
+            raise ValueError(f"n_step must be at least 1, got {n}")
+        self.n, self.gamma, self.num_envs = n, gamma, num_envs
+        self.data = _storage(n, num_envs, spec, device)
+        self.pushed = 0
+        self.out = {name: torch.empty_like(value[0]) for name, value in self.data.items()}
+        self.out["discount"] = torch.empty(num_envs, device=device)
+        self._alive = torch.empty(num_envs, dtype=torch.bool, device=device)
+        self._ended = torch.empty(num_envs, dtype=torch.bool, device=device)
+        self._weight = torch.empty(num_envs, device=device)
+
+    @torch.no_grad()
+    def push(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> dict[str, torch.Tensor] | None:
+        _write_row(self.data, self.pushed % self.n, obs, actions, reward, terminated, truncated, next_obs, extras)
+        self.pushed += 1
+        if self.pushed < self.n:
+            return None
+        d, out, oldest = self.data, self.out, self.pushed % self.n
+        for name in d:
+            if name not in ("rewards", "terminated", "truncated", "next_obs"):
+                out[name].copy_(d[name][oldest])
+        out["rewards"].zero_()
+        out["discount"].fill_(1.0)
+        alive = self._alive.fill_(True)  # is step k still in the episode that the transition started in?
+        weight = self._weight
+        for k in range(self.n):
+            r = (oldest + k) % self.n
+            out["rewards"].addcmul_(torch.mul(out["discount"], alive, out=weight), d["rewards"][r])
+            for name in ("next_obs", "terminated", "truncated"):
+                mask = alive.view(-1, *[1] * (d[name].dim() - 2))
+                torch.where(mask, d[name][r], out[name], out=out[name])
+            out["discount"].mul_(weight.copy_(alive).mul_(self.gamma - 1.0).add_(1.0))  # gamma while alive, else 1
+            torch.logical_or(d["terminated"][r], d["truncated"][r], out=self._ended)
+            alive.logical_and_(self._ended.logical_not_())
+        out["discount"].mul_(out["terminated"].logical_not())
+        return out
+
+    def state_dict(self) -> dict:
+        return {"pushed": self.pushed, "data": {name: v.clone() for name, v in self.data.items()}}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.pushed = state["pushed"]
+        for name, value in state["data"].items():
+            self.data[name].copy_(value)

@@ -105,6 +105,20 @@ class RunningNorm(nn.Module):
         self.count.copy_(total)
 
 
+class TwinCritic(nn.Module):
+    """Q_1(s, a) and Q_2(s, a), with actions in the policy's [-1, 1] space, evaluated together: ``[2, B]``; or, with
+    ``atoms > 1``, the logits of two categorical return distributions over a fixed support, ``[2, B, atoms]``."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden, activation, atoms: int = 1):
+        super().__init__()
+        self.atoms = atoms
+        self.net = EnsembleMLP(2, obs_dim + act_dim, hidden, atoms, activation)
+
+    def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        out = self.net(torch.cat((obs, action), -1), frozen)
+        return out.squeeze(-1) if self.atoms == 1 else out
+
+
 class ActionScaler(nn.Module):
     """Maps policy actions in ``[-1, 1]`` to a ``Box``'s bounds (clipping first), and back. Unbounded dimensions
     pass through unchanged."""

@@ -189,6 +189,7 @@ class Runner:
             self._checkpoint(time.perf_counter() - started)
             raise
         finally:
+            self.agent.close()
             logger.close()
         summary = self._summary(time.perf_counter() - started)
         (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
@@ -288,13 +289,16 @@ class Runner:
             env_state = self.env.state_dict()
         except NotImplementedError:
             env_state = None  # an adapter: a resumed run restarts its episodes
+        with self.agent.paused():
+            agent_state = self.agent.state_dict()
+            buffer_state = self.buffer.state_dict() if self.config.checkpoint_buffer else None
         state = {
             **self.agent.describe(),
             "env_id": self.config.env_id,
-            "agent": self.agent.state_dict(),
+            "agent": agent_state,
             "env": env_state,
             "collector": self.collector.state_dict() if env_state is not None else None,
-            "buffer": self.buffer.state_dict() if self.config.checkpoint_buffer else None,
+            "buffer": buffer_state,
             "runner": {
                 "env_steps": self.env_steps,
                 "iterations": self.iterations,
