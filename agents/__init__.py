@@ -1,6 +1,7 @@
 """The algorithms, one file each, installed as ``rl_suite.agents``."""
 
 from rl_suite.agents.ppo import PPO
+from rl_suite.agents.pql import PQL
 from rl_suite.agents.sac import SAC
 
-__all__ = ["PPO", "SAC"]
+__all__ = ["PPO", "PQL", "SAC"]

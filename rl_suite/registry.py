@@ -92,6 +92,7 @@ def make(
 ALGORITHMS: dict[str, str] = {
     "ppo": "rl_suite.agents.ppo:PPO",
     "sac": "rl_suite.agents.sac:SAC",
+    "pql": "rl_suite.agents.pql:PQL",
 }
 
 

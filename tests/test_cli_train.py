@@ -50,10 +50,24 @@ def test_train_then_eval_json_then_resume(tmp_path, capsys):
     assert summary["env_steps"] == 1024
 
 
+def test_train_pql_on_a_mujoco_task(tmp_path, capsys):
+    pytest.importorskip("mujoco")
+    run_dir = tmp_path / "run"
+    settings = ["learning_starts=256", "batch_size=64", "hidden=[32, 32]", "eval_every_steps=512"]
+    args = ["train", "pql", "HalfCheetah-v5", "--num-envs", "8", "--run-dir", str(run_dir), "--total-steps", "768"]
+    assert main([*args, "--set", "progress=false", "eval_episodes=2", *settings]) == 0
+    assert "768 env steps" in capsys.readouterr().out
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["algo"] == "pql" and summary["final_eval"]["episodes"] == 2
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    assert config["agent"]["activation"] == "relu"  # from the shipped HalfCheetah settings
+
+
 def test_tuned_settings_ship_for_the_learning_tasks():
     assert tuned_settings(load_algorithm("ppo"), "CartPole-v1")["stop_at_return"] == 475
     assert tuned_settings(load_algorithm("ppo"), "Pendulum-v1")["scale_rewards"] is True
     assert tuned_settings(load_algorithm("sac"), "Pendulum-v1")["stop_at_return"] == -200
+    assert tuned_settings(load_algorithm("pql"), "Pendulum-v1")["stop_at_return"] == -200
     assert tuned_settings(load_algorithm("ppo"), "Acrobot-v1")["num_envs"] == 16  # the default section
 
 

@@ -14,6 +14,7 @@ import yaml
 
 import rl_suite
 from rl_suite.agents.ppo import PPO
+from rl_suite.agents.pql import PQL
 from rl_suite.agents.sac import SAC
 from rl_suite.checkpoint import CheckpointError, checkpoints, load_latest, seed_everything
 from rl_suite.config import field_types
@@ -21,6 +22,8 @@ from rl_suite.runner import RunConfig, Runner
 
 TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
 TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)
+# PQL's learners in turn in the runner's thread (concurrent=False): the deterministic form, which resumes exactly.
+TINY_PQL = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, concurrent=False)
 
 
 def build(algo, env_id, settings, num_envs=4, seed=0):
@@ -106,7 +109,9 @@ def test_stops_at_the_time_budget(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "algo, env_id, settings", [(PPO, "CartPole-v1", TINY_PPO), (SAC, "Pendulum-v1", TINY_SAC)], ids=["ppo", "sac"]
+    "algo, env_id, settings",
+    [(PPO, "CartPole-v1", TINY_PPO), (SAC, "Pendulum-v1", TINY_SAC), (PQL, "Pendulum-v1", TINY_PQL)],
+    ids=["ppo", "sac", "pql-in-turn"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
