@@ -16,15 +16,24 @@ Each iteration, for a rollout of T steps from N environments:
 from __future__ import annotations
 
 import dataclasses
-import warnings
 
 import gymnasium as gym
 import torch
 from torch import nn
 
 from rl_suite.agent import Agent
-from rl_suite.buffers import RolloutBuffer, gae, transition_spec
+from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
+from rl_suite.onpolicy import (
+    RewardScaler,
+    adapt_lr,
+    advantages_and_returns,
+    clipped_surrogate,
+    finite_or_warn,
+    gradient_step,
+    normalized,
+    train_epochs,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +110,7 @@ class PPO(Agent):
         self.optimizers = {"optimizer": self.optimizer}
         self.lr = c.lr  # the current learning rate (schedules and the adaptive KL rule move it)
         self.skipped_updates = 0
-        self.discounted_return: torch.Tensor | None = None  # running, per environment, for reward scaling
+        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -125,20 +134,12 @@ class PPO(Agent):
         c, d = self.config, buffer.data
         # 2. The behaviour policy's log-probabilities and values, and GAE, in batched passes over the rollout.
         actions = d["policy_action"] if self.continuous else d["actions"]
-        rewards = self._scaled_rewards(d) if c.scale_rewards else d["rewards"]
+        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
         with torch.no_grad():
             obs = self.normalizer(d["obs"])
             log_prob = self.actor(obs).log_prob(actions)
-            values = self.critic(obs).squeeze(-1)
-            # V(s'_t) is V(s_{t+1}) unless the episode ended at t; only truncated steps (and the last one) need
-            # their final observation valued (terminated ones are not bootstrapped).
-            next_values = torch.cat((values[1:], values[:1]))
-            needs = d["truncated"].clone()
-            needs[-1] = True
-            t, env = needs.nonzero(as_tuple=True)
-            next_values[t, env] = self.critic(self.normalizer(d["next_obs"][t, env])).squeeze(-1)
-            advantages, returns = gae(
-                rewards, values, next_values, d["terminated"], d["terminated"] | d["truncated"], c.gamma, c.gae_lambda
+            values, advantages, returns = advantages_and_returns(
+                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
             )
         samples = {
             "obs": obs.flatten(0, 1),
@@ -152,71 +153,41 @@ class PPO(Agent):
             self.lr = c.lr * max(1.0 - progress, 0.0)
         clip = c.clip_range * (max(1.0 - progress, 0.0) if c.clip_schedule == "linear" else 1.0)
 
-        # 3. Epochs of minibatch gradient steps on the clipped surrogate.
-        size = samples["obs"].shape[0]
-        batch = max(size // c.minibatches, 1)
-        totals, steps = {}, 0
-        for _ in range(c.epochs):
-            order = torch.randperm(size, device=self.device)
-            shuffled = {k: v[order] for k, v in samples.items()}  # one gather per field; minibatches are slices
-            for start in range(0, size - batch + 1, batch):
-                mb = {k: v[start : start + batch] for k, v in shuffled.items()}
-                losses = self._loss(mb, clip)
-                if not torch.isfinite(losses["loss"]):
-                    self.skipped_updates += 1
-                    warnings.warn("PPO: non-finite loss; this minibatch's update is skipped", stacklevel=2)
-                    continue
-                for group in self.optimizer.param_groups:
-                    group["lr"] = self.lr
-                self.optimizer.zero_grad(set_to_none=True)
-                losses["loss"].backward()
-                nn.utils.clip_grad_norm_(self.parameters, c.max_grad_norm, foreach=True)
-                self.optimizer.step()
-                for key, value in losses.items():
-                    totals[key] = totals.get(key, 0.0) + value.detach()
-                steps += 1
-                if c.adaptive_kl is not None:
-                    kl = float(losses["approx_kl"])
-                    if kl > 2 * c.adaptive_kl:
-                        self.lr = max(self.lr / 1.5, 1e-5)
-                    elif kl < c.adaptive_kl / 2:
-                        self.lr = min(self.lr * 1.5, 1e-2)
-            if c.target_kl is not None and steps and float(totals["approx_kl"] / steps) > 1.5 * c.target_kl:
-                break
+        # 3. Epochs of minibatch gradient steps on the clipped surrogate, stopped early past the target KL.
+        def kl_too_high(totals, steps) -> bool:
+            return c.target_kl is not None and float(totals["approx_kl"] / steps) > 1.5 * c.target_kl
+
+        metrics = train_epochs(
+            samples, c.epochs, c.minibatches, self.device, lambda mb: self._step(mb, clip), stop=kl_too_high
+        )
 
         # 4. The normaliser learns from this rollout only now, so that log-probabilities stayed consistent.
         if c.normalize_obs:
             self.normalizer.update(d["obs"])
         buffer.clear()
-        metrics = {key: value / max(steps, 1) for key, value in totals.items()}
         variance = samples["returns"].var()
         metrics["explained_variance"] = 1 - (samples["returns"] - samples["value"]).var() / variance.clamp_min(1e-8)
         metrics["lr"] = torch.tensor(self.lr)
         metrics["clip_range"] = torch.tensor(clip)
         return metrics
 
-    @torch.no_grad()
-    def _scaled_rewards(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
-        """r_t / std(G), with G_t = gamma G_{t-1} (1 - done_{t-1}) + r_t tracked per environment across rollouts."""
-        if self.discounted_return is None:
-            self.discounted_return = torch.zeros_like(d["rewards"][0])
-        returns = torch.empty_like(d["rewards"])
-        for t in range(d["rewards"].shape[0]):
-            self.discounted_return = self.discounted_return * self.config.gamma + d["rewards"][t]
-            returns[t] = self.discounted_return
-            self.discounted_return = self.discounted_return * ~(d["terminated"][t] | d["truncated"][t])
-        self.return_norm.update(returns)
-        return d["rewards"] / torch.sqrt(self.return_norm.var + 1e-8).float()
+    def _step(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor] | None:
+        losses = self._loss(mb, clip)
+        if not finite_or_warn(losses["loss"], "PPO"):
+            self.skipped_updates += 1
+            return None
+        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
+        if self.config.adaptive_kl is not None:
+            self.lr = adapt_lr(self.lr, float(losses["approx_kl"]), self.config.adaptive_kl)
+        return {key: value.detach() for key, value in losses.items()}
 
     def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         c = self.config
         pi = self.actor(mb["obs"])
         log_ratio = pi.log_prob(mb["actions"]) - mb["log_prob"]
         ratio = log_ratio.exp()
-        advantages = mb["advantages"]
-        if c.normalize_advantages:
-            advantages = (advantages - advantages.mean()) / (advantages.std() + 1e-8)
-        policy_loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+        advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
+        policy_loss = clipped_surrogate(ratio, advantages, clip)
         value = self.critic(mb["obs"]).squeeze(-1)
         value_loss = (value - mb["returns"]).square()
         if c.clip_value is not None:
@@ -237,4 +208,12 @@ class PPO(Agent):
         }
 
     def counters(self):
-        return {"lr": self.lr, "skipped_updates": self.skipped_updates, "discounted_return": self.discounted_return}
+        return {
+            "lr": self.lr,
+            "skipped_updates": self.skipped_updates,
+            "discounted_return": self.reward_scaler.discounted_return,
+        }
+
+    def load_counters(self, counters) -> None:
+        self.lr, self.skipped_updates = counters["lr"], counters["skipped_updates"]
+        self.reward_scaler.discounted_return = counters["discounted_return"]
