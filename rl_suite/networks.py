@@ -248,3 +248,67 @@ class TanhGaussianPolicy(nn.Module):
     def forward(self, features: torch.Tensor) -> TanhGaussian:
         mean, log_std = self.net(features).chunk(2, dim=-1)
         return TanhGaussian(mean, log_std.clamp(self.log_std_min, self.log_std_max))
+
+
+class FlowPolicy(nn.Module):
+    """A flow-matching policy: a velocity field ``v(s, x_t, t)`` that carries Gaussian noise (``t = 1``) to actions
+    (``t = 0``) along the straight path ``x_t = t eps + (1 - t) a``, whose true velocity is ``eps - a``.
+
+    - ``sample``: Euler steps from ``x_1 = noise`` to ``x_0``, the action (``steps`` of them; 10 by default). With
+      fixed noise it is deterministic; zero noise gives the evaluation action.
+    - ``cfm_loss``: the conditional flow-matching loss of actions at ``(eps, t)`` pairs, one value per pair, in
+      FPO's two forms: ``"u"`` (velocity error) or ``"eps"`` (the error of the noise that the predicted velocity
+      implies, ``(1 - t)^2`` times the velocity error; FPO's default).
+    The network sees the observation, the noisy action and a sinusoidal embedding of ``t``; its output is scaled
+    by ``output_scale`` so that the first policies move slowly.
+    """
+
+    def __init__(
+        self,
+        obs_dim: int,
+        act_dim: int,
+        hidden: tuple[int, ...],
+        activation: str = "silu",
+        steps: int = 10,
+        time_embed_dim: int = 8,
+        output_scale: float = 0.25,
+    ):
+        super().__init__()
+        if time_embed_dim % 2 or steps < 1:
+            raise ValueError(f"need an even time_embed_dim and steps >= 1, got {time_embed_dim} and {steps}")
+        self.act_dim, self.steps, self.output_scale = act_dim, steps, output_scale
+        self.net = mlp(obs_dim + act_dim + time_embed_dim, hidden, act_dim, activation)
+        self.register_buffer("frequencies", 2.0 ** torch.arange(time_embed_dim // 2), persistent=False)
+
+    def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+        """``v(s, x_t, t)`` for ``obs [..., O]``, ``x [..., A]`` and ``t [..., 1]``."""
+        scaled = t * self.frequencies
+        features = torch.cat((obs, x, torch.cos(scaled), torch.sin(scaled)), -1)
+        return self.net(features) * self.output_scale
+
+    def schedule(self, steps: int | None = None) -> torch.Tensor:
+        """The Euler steps' times, from 1 down to 0: ``[steps + 1]``."""
+        return torch.linspace(1.0, 0.0, (steps or self.steps) + 1, device=self.frequencies.device)
+
+    def sample(self, obs: torch.Tensor, noise: torch.Tensor, steps: int | None = None) -> torch.Tensor:
+        times = self.schedule(steps)
+        x = noise
+        for k in range(times.shape[0] - 1):
+            t = times[k].expand(*x.shape[:-1], 1)
+            x = x + (times[k + 1] - times[k]) * self.velocity(obs, x, t)
+        return x
+
+    def cfm_loss(
+        self, obs: torch.Tensor, action: torch.Tensor, eps: torch.Tensor, t: torch.Tensor, mode: str = "eps"
+    ) -> torch.Tensor:
+        """Losses ``[B, S]`` of actions ``[B, A]`` at ``S`` pairs: ``eps [B, S, A]``, ``t [B, S]``."""
+        t = t.unsqueeze(-1)
+        action = action.unsqueeze(-2)
+        x_t = t * eps + (1.0 - t) * action
+        v = self.velocity(obs.unsqueeze(-2).expand(*eps.shape[:-1], obs.shape[-1]), x_t, t)
+        if mode == "u":
+            return (v - (eps - action)).square().mean(-1)
+        if mode == "eps":
+            implied_eps = x_t + (1.0 - t) * v  # x_0 = x_t - t v, then x_1 = x_0 + v
+            return (eps - implied_eps).square().mean(-1)
+        raise ValueError(f"unknown flow-matching loss mode {mode!r}; choose 'u' or 'eps'")

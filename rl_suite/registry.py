@@ -93,6 +93,8 @@ ALGORITHMS: dict[str, str] = {
     "ppo": "rl_suite.agents.ppo:PPO",
     "sac": "rl_suite.agents.sac:SAC",
     "pql": "rl_suite.agents.pql:PQL",
+    "fpo": "rl_suite.agents.fpo:FPO",
+    "policyflow": "rl_suite.agents.policyflow:PolicyFlow",
 }
 
 
@@ -134,6 +136,7 @@ register("Pendulum-v1", "rl_suite.envs.classic.pendulum:Pendulum")
 register("Acrobot-v1", "rl_suite.envs.classic.acrobot:Acrobot")
 register("MountainCar-v0", "rl_suite.envs.classic.mountain_car:MountainCar")
 register("MountainCarContinuous-v0", "rl_suite.envs.classic.mountain_car:MountainCarContinuous")
+register("MultiGoal-v0", "rl_suite.envs.classic.multigoal:MultiGoal")  # no gymnasium counterpart
 
 # gymnasium's v5 MuJoCo tasks on batched physics (MuJoCo's batch API on the CPU, mujoco_warp on CUDA).
 for _task in (

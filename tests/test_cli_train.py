@@ -79,7 +79,7 @@ def test_algos_lists_the_algorithms(capsys):
 
 def test_unknown_algorithm(capsys):
     err = error_of(["train", "ppp", "CartPole-v1"], capsys)
-    assert err == "rl-suite: error: unknown algorithm 'ppp'. Did you mean 'ppo'? Algorithms: ppo, sac"
+    assert err == "rl-suite: error: unknown algorithm 'ppp'. Did you mean 'ppo'? Algorithms: ppo, sac, pql, fpo, policyflow"
 
 
 def test_unknown_env(capsys):

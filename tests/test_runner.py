@@ -13,6 +13,8 @@ import torch
 import yaml
 
 import rl_suite
+from rl_suite.agents.fpo import FPO
+from rl_suite.agents.policyflow import PolicyFlow
 from rl_suite.agents.ppo import PPO
 from rl_suite.agents.pql import PQL
 from rl_suite.agents.sac import SAC
@@ -24,6 +26,7 @@ TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
 TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)
 # PQL's learners in turn in the runner's thread (concurrent=False): the deterministic form, which resumes exactly.
 TINY_PQL = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, concurrent=False)
+TINY_FLOW = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16), scale_rewards=True)
 
 
 def build(algo, env_id, settings, num_envs=4, seed=0):
@@ -110,8 +113,14 @@ def test_stops_at_the_time_budget(tmp_path):
 
 @pytest.mark.parametrize(
     "algo, env_id, settings",
-    [(PPO, "CartPole-v1", TINY_PPO), (SAC, "Pendulum-v1", TINY_SAC), (PQL, "Pendulum-v1", TINY_PQL)],
-    ids=["ppo", "sac", "pql-in-turn"],
+    [
+        (PPO, "CartPole-v1", TINY_PPO),
+        (SAC, "Pendulum-v1", TINY_SAC),
+        (PQL, "Pendulum-v1", TINY_PQL),
+        (FPO, "Pendulum-v1", TINY_FLOW),
+        (PolicyFlow, "Pendulum-v1", TINY_FLOW),
+    ],
+    ids=["ppo", "sac", "pql-in-turn", "fpo", "policyflow"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"

@@ -1,0 +1,221 @@
+"""FPO: flow policy optimisation (McAllister et al., 2025), PPO's clipped objective for flow-matching policies.
+
+A flow policy has no tractable likelihood, but its conditional flow-matching (CFM) loss bounds one: lowering the
+loss of an action raises its likelihood. FPO uses the change of that loss as the ratio. Each iteration, for a
+rollout of T steps from N environments:
+
+    1. act: a_t = flow sample from noise x_1 ~ N(0, I) (optionally perturbed by exploration noise), and draw S pairs
+       (eps_i, tau_i), storing them with the behaviour policy's losses l_old_i = CFM(a_t; eps_i, tau_i);
+    2. advantages by GAE(gamma, lambda) from a value network, truncated episodes bootstrapped (shared with PPO);
+    3. for each epoch and minibatch, recompute l_i under the current parameters on the same pairs, and
+           rho = exp(mean_i l_old_i - mean_i l_i)                      (average_losses_before_exp, the default)
+           rho_i = exp(clip(l_old_i - l_i, -log_ratio_clip, +log_ratio_clip))    (otherwise, one ratio per pair)
+       then maximise E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)] - c_v (V(s) - R)^2, with eps small (0.05);
+    4. merge the rollout's observations into the running observation normaliser.
+
+Evaluation integrates the flow from zero noise: a deterministic action.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rl_suite.agent import Agent
+from rl_suite.buffers import RolloutBuffer, transition_spec
+from rl_suite.networks import ActionScaler, FlowPolicy, RunningNorm, mlp
+from rl_suite.onpolicy import (
+    RewardScaler,
+    advantages_and_returns,
+    clipped_surrogate,
+    finite_or_warn,
+    gradient_step,
+    normalized,
+    train_epochs,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class FPOConfig:
+    n_steps: int = 32
+    """Rollout length T: steps per environment collected each iteration."""
+    epochs: int = 10
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per epoch."""
+    lr: float = 3e-4
+    """Adam learning rate."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE's lambda."""
+    clip_range: float = 0.05
+    """epsilon of the clipped surrogate; the authors use 0.05 and smaller, not PPO's 0.2."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this; 0 for none."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each minibatch."""
+    samples_per_action: int = 8
+    """(noise, time) pairs drawn per action for the CFM losses."""
+    average_losses_before_exp: bool = True
+    """One ratio per action from the pairs' mean losses; otherwise one clamped ratio per pair."""
+    log_ratio_clip: float = 2.0
+    """Per-pair ratios clamp ``l_old - l`` to +- this before the exponential."""
+    loss_mode: str = "eps"
+    """CFM loss form: ``eps`` (noise error, FPO's default) or ``u`` (velocity error)."""
+    discrete_times: bool = True
+    """Draw the pairs' times from the sampler's Euler grid (as the authors do) rather than uniformly."""
+    flow_steps: int = 10
+    """Euler steps of the sampler."""
+    exploration_std: float = 0.0
+    """Gaussian noise added to sampled actions while training (in the [-1, 1] action space); 0 for none."""
+    time_embed_dim: int = 8
+    """Width of the sinusoidal time embedding."""
+    output_scale: float = 0.25
+    """Scale of the velocity network's output."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the velocity network and the critic (separate networks)."""
+    activation: str = "silu"
+    """Activation of the hidden layers."""
+    normalize_obs: bool = True
+    """Normalise observations with running statistics kept in the policy."""
+    scale_rewards: bool = False
+    """Divide rewards by a running standard deviation of the discounted return."""
+
+
+class FPO(Agent):
+    name = "fpo"
+    Config = FPOConfig
+    action_space_types = (gym.spaces.Box,)
+
+    def __init__(self, observation_space, action_space, config: FPOConfig | None = None, device="cpu", **overrides):
+        super().__init__(observation_space, action_space, config, device, **overrides)
+        c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
+        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
+        self.actor = FlowPolicy(
+            obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
+        )
+        self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.scaler = ActionScaler(action_space)
+        self.return_norm = RunningNorm(())
+        self.modules = {
+            "normalizer": self.normalizer,
+            "actor": self.actor,
+            "critic": self.critic,
+            "scaler": self.scaler,
+            "return_norm": self.return_norm,
+        }
+        for module in self.modules.values():
+            module.to(self.device)
+        self.parameters = [*self.actor.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.Adam(self.parameters, lr=c.lr, eps=1e-5, fused=True)
+        self.optimizers = {"optimizer": self.optimizer}
+        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
+        self.skipped_updates = 0
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.config.n_steps
+
+    def make_buffer(self, num_envs: int) -> RolloutBuffer:
+        s, a = self.config.samples_per_action, self.action_space.shape[0]
+        extras = {
+            "policy_action": ((a,), torch.float32),  # before clipping to the bounds
+            "cfm_eps": ((s, a), torch.float32),
+            "cfm_t": ((s,), torch.float32),
+            "cfm_loss": ((s,), torch.float32),
+        }
+        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
+        return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        c, obs = self.config, self.normalizer(obs)
+        n, a = obs.shape[0], self.action_space.shape[0]
+        if deterministic:
+            return self.scaler(self.actor.sample(obs, torch.zeros(n, a, device=self.device))), {}
+        action = self.actor.sample(obs, torch.randn(n, a, device=self.device))
+        if c.exploration_std > 0:
+            action = action + c.exploration_std * torch.randn_like(action)
+        eps, t = self.draw_pairs(n)
+        loss = self.actor.cfm_loss(obs, action, eps, t, c.loss_mode)
+        return self.scaler(action), {"policy_action": action, "cfm_eps": eps, "cfm_t": t, "cfm_loss": loss}
+
+    def draw_pairs(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """``samples_per_action`` (noise, time) pairs for each of ``n`` actions: ``[n, S, A]`` and ``[n, S]``."""
+        c, a = self.config, self.action_space.shape[0]
+        eps = torch.randn(n, c.samples_per_action, a, device=self.device)
+        if c.discrete_times:
+            grid = self.actor.schedule()[:-1]  # the times at which the sampler evaluates the velocity
+            t = grid[torch.randint(0, grid.shape[0], (n, c.samples_per_action), device=self.device)]
+        else:
+            t = torch.rand(n, c.samples_per_action, device=self.device)
+        return eps, t
+
+    def ratio(self, old_loss: torch.Tensor, new_loss: torch.Tensor) -> torch.Tensor:
+        """FPO's likelihood-ratio surrogate from the pairs' CFM losses ``[B, S]``: ``[B]`` or ``[B, S]``."""
+        c = self.config
+        if c.average_losses_before_exp:
+            return torch.exp(old_loss.mean(-1) - new_loss.mean(-1))
+        return torch.exp((old_loss - new_loss).clamp(-c.log_ratio_clip, c.log_ratio_clip))
+
+    def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
+        c, d = self.config, buffer.data
+        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+        with torch.no_grad():
+            obs = self.normalizer(d["obs"])
+            values, advantages, returns = advantages_and_returns(
+                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
+            )
+        samples = {
+            "obs": obs.flatten(0, 1),
+            "actions": d["policy_action"].flatten(0, 1),
+            "eps": d["cfm_eps"].flatten(0, 1),
+            "t": d["cfm_t"].flatten(0, 1),
+            "old_loss": d["cfm_loss"].flatten(0, 1),
+            "advantages": advantages.flatten(),
+            "returns": returns.flatten(),
+        }
+        metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, self._step)
+        if c.normalize_obs:
+            self.normalizer.update(d["obs"])
+        buffer.clear()
+        return metrics
+
+    def _step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        losses = self.loss(mb)
+        if not finite_or_warn(losses["loss"], "FPO"):
+            self.skipped_updates += 1
+            return None
+        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm)
+        return {key: value.detach() for key, value in losses.items()}
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        c = self.config
+        new_loss = self.actor.cfm_loss(mb["obs"], mb["actions"], mb["eps"], mb["t"], c.loss_mode)
+        ratio = self.ratio(mb["old_loss"], new_loss)
+        advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
+        policy_loss = clipped_surrogate(ratio, advantages, c.clip_range)
+        value_loss = 0.5 * (self.critic(mb["obs"]).squeeze(-1) - mb["returns"]).square().mean()
+        with torch.no_grad():
+            clip_fraction = ((ratio - 1).abs() > c.clip_range).float().mean()
+        return {
+            "loss": policy_loss + c.vf_coef * value_loss,
+            "policy_loss": policy_loss,
+            "value_loss": value_loss,
+            "ratio": ratio.detach().mean(),
+            "clip_fraction": clip_fraction,
+            "cfm_loss": new_loss.detach().mean(),
+        }
+
+    def counters(self):
+        return {"skipped_updates": self.skipped_updates, "discounted_return": self.reward_scaler.discounted_return}
+
+    def load_counters(self, counters) -> None:
+        self.skipped_updates = counters["skipped_updates"]
+        self.reward_scaler.discounted_return = counters["discounted_return"]

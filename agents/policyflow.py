@@ -1,0 +1,259 @@
+"""PolicyFlow (Yang, Liu and Chen, ICLR 2026): PPO with a continuous-normalising-flow policy, without likelihoods
+along the flow.
+
+The policy acts with a = phi(z; s) + n: the flow carries noise z ~ N(0, I) to phi(z; s) (Euler steps of the shared
+``FlowPolicy``), and a Gaussian n ~ N(0, diag sigma^2) with a learned, state-independent sigma explores around it.
+Given z, the action is Gaussian around phi(z; s), so the importance ratio of a new policy to the behaviour policy
+(hats) is a ratio of Gaussians in the displacement delta = phi(z; s) - phi^(z; s) of the flow's end point:
+
+    rho = N(a - phi^; delta, sigma^2) / N(a - phi^; 0, sigma^^2)
+
+PolicyFlow approximates delta by the change of the velocity field at one point of the straight path between z and
+phi^, drawn per transition and minibatch from the sampler's grid (``ratio="interpolation"``):
+
+    x = tau z + (1 - tau) phi^,   delta ~ -(v(s, x, tau) - v^(s, x, tau))
+
+(the shared flow runs from tau = 1, noise, to tau = 0, action, so its velocity points from action to noise, hence
+the sign). ``ratio="full_path"`` instead integrates the current flow from the stored z, for the exact delta, with
+backpropagation through every step: what PolicyFlow avoids, kept to compare against.
+
+The Brownian regulariser (weight ``brownian_coef``; 0 turns it off) pulls the velocity towards the negative score of
+the behaviour flow, an implicit entropy bonus: in this direction of time, mean((tau v + x + (1 - tau) v^)^2). An
+explicit Gaussian entropy bonus on sigma (``entropy_coef``) completes the objective:
+
+    maximise E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)] - brownian_coef R_B + entropy_coef H[N(0, sigma^2)]
+             - c_v (V(s) - R)^2
+
+Advantages, reward scaling and the epoch loop are shared with PPO and FPO; the learning rate adapts to a target KL
+of the Gaussian part, as the authors' code does.
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import math
+
+import gymnasium as gym
+import torch
+from torch import nn
+
+from rl_suite.agent import Agent
+from rl_suite.buffers import RolloutBuffer, transition_spec
+from rl_suite.networks import ActionScaler, FlowPolicy, RunningNorm, mlp
+from rl_suite.onpolicy import (
+    RewardScaler,
+    adapt_lr,
+    advantages_and_returns,
+    clipped_surrogate,
+    finite_or_warn,
+    gradient_step,
+    normalized,
+    train_epochs,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class PolicyFlowConfig:
+    n_steps: int = 32
+    """Rollout length T: steps per environment collected each iteration."""
+    epochs: int = 5
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per epoch."""
+    lr: float = 2e-4
+    """Initial AdamW learning rate."""
+    target_kl: float | None = 0.01
+    """Adapt the learning rate towards this KL of the Gaussian part per minibatch; ``None`` keeps it fixed."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE's lambda."""
+    clip_range: float = 0.2
+    """epsilon of the clipped surrogate."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 1.0
+    """Clip the global gradient norm to this; 0 for none."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each minibatch."""
+    ratio: str = "interpolation"
+    """``interpolation`` (PolicyFlow's velocity change along the straight path) or ``full_path`` (the exact end-point
+    displacement, integrating the flow with backpropagation)."""
+    brownian_coef: float = 0.25
+    """Weight of the Brownian regulariser; 0 turns it off."""
+    entropy_coef: float = 0.001
+    """Weight of the Gaussian exploration noise's entropy bonus."""
+    init_log_std: float = 0.0
+    """Initial log standard deviation of the exploration noise (in the [-1, 1] action space)."""
+    flow_steps: int = 10
+    """Euler steps of the sampler."""
+    time_embed_dim: int = 8
+    """Width of the sinusoidal time embedding."""
+    output_scale: float = 0.25
+    """Scale of the velocity network's output."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the velocity network and the critic (separate networks)."""
+    activation: str = "silu"
+    """Activation of the hidden layers."""
+    normalize_obs: bool = True
+    """Normalise observations with running statistics kept in the policy."""
+    scale_rewards: bool = False
+    """Divide rewards by a running standard deviation of the discounted return."""
+
+
+class PolicyFlow(Agent):
+    name = "policyflow"
+    Config = PolicyFlowConfig
+    action_space_types = (gym.spaces.Box,)
+
+    def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
+        super().__init__(observation_space, action_space, config, device, **overrides)
+        c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
+        if c.ratio not in ("interpolation", "full_path"):
+            raise ValueError(f"unknown ratio {c.ratio!r}; choose 'interpolation' or 'full_path'")
+        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
+        self.actor = FlowPolicy(
+            obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
+        )
+        self.noise = nn.Module()
+        self.noise.log_std = nn.Parameter(torch.full((act_dim,), float(c.init_log_std)))
+        self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.scaler = ActionScaler(action_space)
+        self.return_norm = RunningNorm(())
+        self.modules = {
+            "normalizer": self.normalizer,
+            "actor": self.actor,
+            "noise": self.noise,
+            "critic": self.critic,
+            "scaler": self.scaler,
+            "return_norm": self.return_norm,
+        }
+        for module in self.modules.values():
+            module.to(self.device)
+        self.behaviour = copy.deepcopy(self.actor).requires_grad_(False)  # v^: the flow that collected the rollout
+        self.parameters = [*self.actor.parameters(), *self.noise.parameters(), *self.critic.parameters()]
+        self.optimizer = torch.optim.AdamW(self.parameters, lr=c.lr, weight_decay=1e-5)
+        self.optimizers = {"optimizer": self.optimizer}
+        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
+        self.lr = c.lr
+        self.skipped_updates = 0
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.config.n_steps
+
+    def log_std(self) -> torch.Tensor:
+        return self.noise.log_std.clamp(-5.0, 2.0)
+
+    def make_buffer(self, num_envs: int) -> RolloutBuffer:
+        a = self.action_space.shape
+        extras = {
+            "policy_action": (a, torch.float32),  # phi(z) + n, before clipping to the bounds
+            "flow_noise": (a, torch.float32),  # z
+            "flow_action": (a, torch.float32),  # phi^(z)
+            "log_prob": ((), torch.float32),  # log N(n; 0, sigma^^2)
+        }
+        spec = transition_spec(self.observation_space.shape, a, torch.float32, extras)
+        return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        obs = self.normalizer(obs)
+        shape = (obs.shape[0], self.action_space.shape[0])
+        if deterministic:
+            return self.scaler(self.actor.sample(obs, torch.zeros(shape, device=self.device))), {}
+        z = torch.randn(shape, device=self.device)
+        flow_action = self.actor.sample(obs, z)
+        n = torch.randn_like(flow_action) * self.log_std().exp()
+        extras = {
+            "policy_action": flow_action + n,
+            "flow_noise": z,
+            "flow_action": flow_action,
+            "log_prob": gaussian_log_prob(n, torch.zeros_like(n), self.log_std()),
+        }
+        return self.scaler(flow_action + n), extras
+
+    def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
+        c, d = self.config, buffer.data
+        self.behaviour.load_state_dict(self.actor.state_dict())
+        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+        with torch.no_grad():
+            obs = self.normalizer(d["obs"])
+            _, advantages, returns = advantages_and_returns(
+                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
+            )
+        names = ("policy_action", "flow_noise", "flow_action", "log_prob")
+        samples = {"obs": obs, "advantages": advantages, "returns": returns, **{k: d[k] for k in names}}
+        samples = {key: value.flatten(0, 1) for key, value in samples.items()}
+        metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, self._step)
+        if c.normalize_obs:
+            self.normalizer.update(d["obs"])
+        buffer.clear()
+        metrics["lr"] = torch.tensor(self.lr)
+        return metrics
+
+    def _step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+        losses = self.loss(mb)
+        if not finite_or_warn(losses["loss"], "PolicyFlow"):
+            self.skipped_updates += 1
+            return None
+        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
+        if self.config.target_kl is not None:
+            self.lr = adapt_lr(self.lr, float(losses["approx_kl"]), self.config.target_kl)
+        return {key: value.detach() for key, value in losses.items()}
+
+    def displacement(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        """The estimated change ``delta`` of the flow's end point for the stored noise, and the Brownian
+        regulariser (zero for ``full_path``)."""
+        obs, z, behaviour_action = mb["obs"], mb["flow_noise"], mb["flow_action"]
+        if self.config.ratio == "full_path":
+            return self.actor.sample(obs, z) - behaviour_action, torch.zeros((), device=self.device)
+        grid = self.actor.schedule()  # one time per transition, from the sampler's grid (the paper's default)
+        tau = grid[torch.randint(0, grid.shape[0], (z.shape[0], 1), device=self.device)]
+        x = tau * z + (1.0 - tau) * behaviour_action
+        v = self.actor.velocity(obs, x, tau)
+        with torch.no_grad():
+            v_behaviour = self.behaviour.velocity(obs, x, tau)
+        brownian = (tau * v + x + (1.0 - tau) * v_behaviour).square().mean()
+        return -(v - v_behaviour), brownian
+
+    def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        c = self.config
+        delta, brownian = self.displacement(mb)
+        n = mb["policy_action"] - mb["flow_action"]
+        log_std = self.log_std()
+        log_ratio = gaussian_log_prob(n, delta, log_std) - mb["log_prob"]
+        ratio = log_ratio.exp()
+        advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
+        policy_loss = clipped_surrogate(ratio, advantages, c.clip_range)
+        entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum()
+        value_loss = 0.5 * (self.critic(mb["obs"]).squeeze(-1) - mb["returns"]).square().mean()
+        loss = policy_loss + c.brownian_coef * brownian - c.entropy_coef * entropy + c.vf_coef * value_loss
+        with torch.no_grad():
+            approx_kl = ((ratio - 1) - log_ratio).mean()
+        return {
+            "loss": loss,
+            "policy_loss": policy_loss,
+            "brownian": brownian,
+            "entropy": entropy,
+            "value_loss": value_loss,
+            "approx_kl": approx_kl,
+            "ratio": ratio.mean(),
+        }
+
+    def counters(self):
+        return {
+            "lr": self.lr,
+            "skipped_updates": self.skipped_updates,
+            "discounted_return": self.reward_scaler.discounted_return,
+        }
+
+    def load_counters(self, counters) -> None:
+        self.lr, self.skipped_updates = counters["lr"], counters["skipped_updates"]
+        self.reward_scaler.discounted_return = counters["discounted_return"]
+
+
+def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:
+    z = (x - mean) * torch.exp(-log_std)
+    return (-0.5 * z.square() - log_std - 0.5 * math.log(2 * math.pi)).sum(-1)

@@ -1,0 +1,110 @@
+"""MultiGoal-v0: a 2-D point mass that can reach any of four goals, as batched torch.
+
+The task of Haarnoja et al. (2017, soft Q-learning; also in the SAC paper's appendix) for showing multimodal
+policies: every goal is worth the same, so a policy that can represent several modes should keep them all.
+
+Rules (ours, after softqlearning's ``MultiGoalEnv``):
+- state and observation: the position ``p`` in ``[-7, 7]^2``; episodes start at ``p ~ N(0, init_sigma^2 I)``;
+- action: a velocity ``a``, clipped to ``[-1, 1]^2``; ``p' = clip(p + a, -7, 7)``;
+- reward: ``-(action_cost |a|^2 + distance_cost min_g |p' - g|^2)``, plus ``goal_reward`` on reaching a goal;
+- goals at ``(5, 0), (-5, 0), (0, 5), (0, -5)``; an episode terminates when ``min_g |p' - g| < 1`` (the goal
+  reached is ``goal_index(final_obs)``), and is truncated after ``max_episode_steps`` (30).
+"""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import torch
+
+from rl_suite.env import Selection, VecEnv
+from rl_suite.envs.classic.common import FlatState
+
+GOALS = ((5.0, 0.0), (-5.0, 0.0), (0.0, 5.0), (0.0, -5.0))
+GOAL_RADIUS = 1.0
+BOUND = 7.0
+
+
+def goal_index(positions: torch.Tensor) -> torch.Tensor:
+    """The index of the goal that each position ``[..., 2]`` is within reach of, or -1 for none."""
+    goals = torch.tensor(GOALS, device=positions.device, dtype=positions.dtype)
+    distance, index = torch.cdist(positions.reshape(-1, 2), goals).min(-1)
+    return torch.where(distance < GOAL_RADIUS, index, -1).reshape(positions.shape[:-1])
+
+
+class MultiGoal(VecEnv):
+    def __init__(
+        self,
+        num_envs: int = 1,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        max_episode_steps: int | None = 30,
+        goal_reward: float = 10.0,
+        action_cost: float = 30.0,
+        distance_cost: float = 1.0,
+        init_sigma: float = 0.1,
+        dtype: torch.dtype = torch.float32,
+        **contract_options,
+    ):
+        super().__init__(
+            num_envs,
+            device,
+            observation_space=gym.spaces.Box(-BOUND, BOUND, shape=(2,), dtype=np.float32),
+            action_space=gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
+            max_episode_steps=max_episode_steps,
+            seed=seed,
+            **contract_options,
+        )
+        self.goal_reward, self.action_cost, self.distance_cost = goal_reward, action_cost, distance_cost
+        self.init_sigma = init_sigma
+        self.state = FlatState(2, self.num_envs, self.device, dtype)
+        self.goals = torch.tensor(GOALS, device=self.device, dtype=dtype)
+
+    def _advance(self, actions):
+        position = self.state.rows.T  # [N, 2], a view: updates write the state
+        velocity = actions.to(position.dtype).clamp(-1.0, 1.0)
+        position.add_(velocity).clamp_(-BOUND, BOUND)
+        squared = (position.unsqueeze(1) - self.goals).square().sum(-1).min(-1).values
+        torch.lt(squared, GOAL_RADIUS**2, out=self._terminated)
+        reward = self.action_cost * velocity.square().sum(-1) + self.distance_cost * squared
+        self._reward.copy_(reward).neg_().add_(self._terminated, alpha=self.goal_reward)
+        return self._reward, self._terminated
+
+    def _observe(self, out, env_ids=None):
+        self.state.write_rows(out, env_ids)
+
+    def _reset_envs(self, selection: Selection):
+        values = selection.normal(self.rng, 2, self.state.rows.dtype).mul_(self.init_sigma).clamp_(-BOUND, BOUND)
+        selection.write(self.state.rows.T, values)
+
+    def _state_view(self):
+        return self.state.rows.T
+
+
+@torch.no_grad()
+def goal_histogram(act, episodes: int = 1000, seed: int = 0, device="cpu") -> torch.Tensor:
+    """Where ``episodes`` episodes of the policy ``act(obs) -> actions`` end: counts ``[len(GOALS) + 1]`` of each
+    goal reached, the last entry counting episodes that reached none. Each environment runs one episode."""
+    env = MultiGoal(episodes, device=device, seed=seed)
+    obs = env.reset()
+    reached = torch.full((episodes,), -2, dtype=torch.long, device=env.device)  # -2: still running
+    for _ in range(env.max_episode_steps):
+        obs, _, _, _, info = env.step(act(obs))
+        reached = torch.where((reached == -2) & info["done"], goal_index(info["final_obs"]), reached)
+    reached = torch.where(reached < 0, len(GOALS), reached)
+    return torch.bincount(reached, minlength=len(GOALS) + 1)
+
+
+def coverage(histogram: torch.Tensor) -> dict[str, float]:
+    """Summaries of a ``goal_histogram``: the fraction of episodes at each goal, how many goals got at least 10% of
+    the episodes, and the entropy (nats) of the goal distribution among episodes that reached one (log 4 = 1.39
+    for all four equally)."""
+    fractions = histogram.double() / histogram.sum()
+    at_goals = histogram[: len(GOALS)].double()
+    p = at_goals / at_goals.sum().clamp_min(1)
+    entropy = -(p * p.clamp_min(1e-12).log()).sum()
+    return {
+        "fractions": [round(f, 3) for f in fractions.tolist()],
+        "goals_with_10_percent": int((fractions[: len(GOALS)] >= 0.1).sum()),
+        "goal_entropy": float(entropy),
+    }
