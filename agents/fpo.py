@@ -169,7 +169,7 @@ class FPO(Agent):
         rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
         with torch.no_grad():
             obs = self.normalizer(d["obs"])
-            values, advantages, returns = advantages_and_returns(
+            _, advantages, returns = advantages_and_returns(
                 d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
             )
         samples = {

@@ -24,7 +24,7 @@ import tempfile
 import time
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
-BUDGETS = {"MultiGoal-v0": 200_000, "Pendulum-v1": 200_000, "HalfCheetah-v5": 200_000}  # env steps per run
+BUDGETS = {"MultiGoal-v0": 40_960, "Pendulum-v1": 150_000, "HalfCheetah-v5": 100_000}  # env steps per run
 ALGOS = ("ppo", "fpo", "policyflow")
 
 

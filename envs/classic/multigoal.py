@@ -106,5 +106,5 @@ def coverage(histogram: torch.Tensor) -> dict[str, float]:
     return {
         "fractions": [round(f, 3) for f in fractions.tolist()],
         "goals_with_10_percent": int((fractions[: len(GOALS)] >= 0.1).sum()),
-        "goal_entropy": float(entropy),
+        "goal_entropy": float(entropy) + 0.0,  # no "-0.0" for a single goal
     }
