@@ -254,8 +254,17 @@ def main() -> None:
         writer = csv.writer(file)
         writer.writerow(["task", "lib", "algo", "seed", "minutes", "env_steps", "final_return"])
         for run in rows:
-            writer.writerow([run["task"], run["lib"], run["algo"], run["seed"], args.minutes, run["env_steps"],
-                             round(run["final_return"], 1)])
+            writer.writerow(
+                [
+                    run["task"],
+                    run["lib"],
+                    run["algo"],
+                    run["seed"],
+                    args.minutes,
+                    run["env_steps"],
+                    round(run["final_return"], 1),
+                ]
+            )
 
     lines = [
         "# MuJoCo suite: rl-suite vs stable-baselines3 at equal wall-clock",
