@@ -27,7 +27,6 @@ but deterministic.
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import threading
@@ -152,12 +151,9 @@ class PQLStorage:
             self.observations[self.obs_rows % self.observations.shape[0]].copy_(obs)
             self.obs_rows += 1
         if completed is not None:
-            c = completed
+            names = ("obs", "actions", "rewards", "terminated", "truncated", "next_obs")
             with self.transitions_lock:
-                self.transitions.add(
-                    c["obs"], c["actions"], c["rewards"], c["terminated"], c["truncated"], c["next_obs"],
-                    discount=c["discount"],
-                )  # fmt: skip
+                self.transitions.add(*(completed[name] for name in names), discount=completed["discount"])
 
     def recent_observations(self) -> torch.Tensor:
         return self.observations[(self.obs_rows - 1) % self.observations.shape[0]]
@@ -434,10 +430,8 @@ class PQL(Agent):
             for x, y in (("actor", "critic"), ("actor", "policy"), ("critic", "policy"))
         }
 
-    @contextlib.contextmanager
     def paused(self):
-        with self.workers.paused():
-            yield
+        return self.workers.paused()
 
     def close(self) -> None:
         if self.workers.started:

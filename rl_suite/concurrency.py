@@ -47,7 +47,6 @@ class Worker:
         keep_intervals: int = 4096,
     ):
         self.name, self._step, self._wait = name, step, wait
-        self.units = 0
         self.intervals: collections.deque[tuple[float, float]] = collections.deque(maxlen=keep_intervals)
         self.error: BaseException | None = None
         self._stop = threading.Event()
@@ -76,7 +75,6 @@ class Worker:
                 began = time.perf_counter()
                 if self._step():
                     self.intervals.append((began, time.perf_counter()))
-                    self.units += 1
                 else:
                     time.sleep(1e-4)
         except BaseException as error:  # noqa: BLE001 - kept for the runner's thread, which re-raises it
