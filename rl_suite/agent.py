@@ -33,6 +33,9 @@ class Agent:
     name: ClassVar[str]
     Config: ClassVar[type]  # a frozen dataclass of documented hyperparameters
     action_space_types: ClassVar[tuple[type, ...]] = (gym.spaces.Discrete, gym.spaces.Box)
+    multiagent: ClassVar[bool] = False
+    """Multi-agent agents (MAPPO, QMIX) train on ``MultiAgentVecEnv``s: ``[A, d]`` observations, a global state, and
+    ``act(inputs, memory)`` (see rl_suite/multiagent.py)."""
 
     def __init__(
         self,
@@ -40,12 +43,19 @@ class Agent:
         action_space: gym.Space,
         config=None,
         device: str | torch.device = "cpu",
+        global_state_space: gym.spaces.Box | None = None,
         **overrides,
     ):
         if not isinstance(action_space, self.action_space_types):
             kinds = " or ".join(t.__name__ for t in self.action_space_types)
             raise ValueError(f"{self.name} needs a {kinds} action space, got {action_space}")
-        if len(observation_space.shape) != 1:
+        if self.multiagent:
+            if len(observation_space.shape) != 2 or global_state_space is None:
+                raise ValueError(
+                    f"{self.name} needs a multi-agent env ([num_agents, obs_dim] observations and a global state), "
+                    f"got observations of shape {observation_space.shape}"
+                )
+        elif len(observation_space.shape) != 1:
             raise ValueError(f"{self.name} needs flat observations, got shape {observation_space.shape}")
         config = config if config is not None else self.Config()
         if overrides:
@@ -53,9 +63,21 @@ class Agent:
             config = type(config)(**{**to_plain(config), **values})
         self.config = config
         self.observation_space, self.action_space = observation_space, action_space
+        self.global_state_space = global_state_space
         self.device = resolve_device(device)
         self.modules: dict[str, nn.Module] = {}
         self.optimizers: dict[str, torch.optim.Optimizer] = {}
+
+    @classmethod
+    def for_env(cls, env, config=None, device: str | torch.device = "cpu", **overrides) -> Agent:
+        """An agent for ``env``'s spaces (and its global state, for multi-agent agents)."""
+        env_is_multiagent = hasattr(env, "global_state_space")
+        if env_is_multiagent != cls.multiagent:
+            kind = "a multi-agent" if env_is_multiagent else "a single-agent"
+            want = "single-agent" if env_is_multiagent else "multi-agent"
+            raise ValueError(f"{env.env_id or type(env).__name__} is {kind} env, and {cls.name} trains {want} envs")
+        extra = {"global_state_space": env.global_state_space} if cls.multiagent else {}
+        return cls(env.observation_space, env.action_space, config, device, **extra, **overrides)
 
     # -- what the runner calls; each algorithm implements these ----------------------------------------------
 
@@ -112,6 +134,7 @@ class Agent:
             "config": to_plain(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
+            **({"global_state_space": space_to_dict(self.global_state_space)} if self.multiagent else {}),
         }
 
     # -- stable-baselines3-style conveniences -----------------------------------------------------------------
@@ -173,6 +196,7 @@ def agent_from_description(
         space_from_dict(description["action_space"]),
         from_plain(algo.Config, description["config"]),
         device=device,
+        **({"global_state_space": space_from_dict(description["global_state_space"])} if algo.multiagent else {}),
     )
     if state is not None:
         agent.load_state_dict(state)

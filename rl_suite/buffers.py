@@ -105,6 +105,11 @@ class RolloutBuffer:
         self.data = _storage(steps, num_envs, spec, device)
         self.step = 0
 
+    @property
+    def fields(self) -> set[str]:
+        """The names ``add`` takes."""
+        return set(self.data)
+
     def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
         _write_row(self.data, self.step, obs, actions, reward, terminated, truncated, next_obs, extras)
         self.step += 1
@@ -274,3 +279,110 @@ class NStepWindow:
         self.pushed = state["pushed"]
         for name, value in state["data"].items():
             self.data[name].copy_(value)
+
+
+def lambda_returns(
+    rewards: torch.Tensor,
+    terminated: torch.Tensor,
+    next_values: torch.Tensor,
+    next_valid: torch.Tensor,
+    gamma: float,
+    lam: float,
+) -> torch.Tensor:
+    """TD(lambda) targets over ``[B, L]`` episodes (time on dim 1), computed backwards:
+
+        G_t = r_t + gamma (1 - terminated_t) [(1 - lambda) V_{t+1} + lambda G_{t+1}],
+
+    with ``next_values[:, t] = V_{t+1}``, and ``G_{t+1}`` replaced by ``V_{t+1}`` where step ``t + 1`` is not part of
+    the episode (``next_valid`` false: the episode ended at ``t``), so a truncated episode bootstraps from the value of
+    its final observation. ``lam = 0`` gives one-step targets, ``lam = 1`` Monte Carlo returns bootstrapped at the end.
+    """
+    returns = torch.empty_like(rewards)
+    following = next_values[:, -1]
+    for t in range(rewards.shape[1] - 1, -1, -1):
+        bootstrap = torch.where(next_valid[:, t], (1 - lam) * next_values[:, t] + lam * following, next_values[:, t])
+        following = rewards[:, t] + gamma * (~terminated[:, t]) * bootstrap
+        returns[:, t] = following
+    return returns
+
+
+class EpisodeBuffer:
+    """Whole episodes on the device, for recurrent learners (QMIX): ``[episodes, max_steps + 1, ...]`` per field,
+    sampled as batches of episodes.
+
+    Each environment writes its running episode straight into its own ring of slots, one row per step: no staging, no
+    host sync. Row ``t`` of an episode holds step ``t``'s fields (``filled`` true); ``add``'s ``next_<field>`` values
+    (``next_obs`` and, say, ``next_global_state``) go to row ``t + 1``, so the row after an episode's last step holds
+    the observation it ended in (the bootstrap of a truncated episode). When an episode ends, the environment moves to
+    its next slot, overwriting the oldest of its episodes. Episodes are sampled uniformly among the completed ones.
+    """
+
+    def __init__(self, capacity: int, num_envs: int, max_steps: int, spec: Spec, device: torch.device):
+        """``spec``: the per-step fields (``obs``, ``actions``, ``rewards``, ``terminated`` and extras), each with its
+        shape for one environment."""
+        # One slot per environment is always the episode in progress; at least one more holds a completed episode.
+        self.slots = max(-(-capacity // num_envs), 2)
+        self.num_envs, self.max_steps, self.device = num_envs, max_steps, device
+        spec = {**spec, "filled": ((), torch.bool)}
+        check_fits_in_memory(
+            _spec_bytes(self.slots * (max_steps + 1), num_envs, spec), device, "the episode buffer", "buffer_episodes"
+        )
+        self.data = {
+            name: torch.zeros((self.slots * num_envs, max_steps + 1, *shape), dtype=dtype, device=device)
+            for name, (shape, dtype) in spec.items()
+        }
+        self.t = torch.zeros(num_envs, dtype=torch.int64, device=device)  # the step of each running episode
+        self.slot = torch.zeros(num_envs, dtype=torch.int64, device=device)  # the slot it is written into
+        self.completed = torch.zeros(num_envs, dtype=torch.int64, device=device)  # episodes finished per env
+        self.env_index = torch.arange(num_envs, device=device)
+
+    @property
+    def fields(self) -> set[str]:
+        """The names ``add`` takes."""
+        names = set(self.data) - {"filled"}
+        return names | {f"next_{name}" for name in names}
+
+    def add(self, obs, actions, reward, terminated, truncated, next_obs, **fields) -> None:
+        rows = self.slot * self.num_envs + self.env_index
+        step = {"obs": obs, "actions": actions, "rewards": reward, "terminated": terminated, "filled": True}
+        following = {"obs": next_obs}
+        for name, value in fields.items():
+            if name.startswith("next_"):
+                following[name[5:]] = value
+            else:
+                step[name] = value
+        for name, value in step.items():
+            self.data[name][rows, self.t] = value
+        for name, value in following.items():
+            self.data[name][rows, self.t + 1] = value
+        done = terminated | truncated
+        self.t.add_(1).mul_(~done)
+        self.completed.add_(done)
+        self.slot.copy_(torch.where(done, (self.slot + 1) % self.slots, self.slot))
+        new_rows = self.slot * self.num_envs + self.env_index
+        self.data["filled"][new_rows] &= (~done).unsqueeze(1)  # a new episode starts empty
+
+    @property
+    def episodes(self) -> int:
+        """Completed episodes held (a host sync)."""
+        return int(self.completed.clamp(max=self.slots - 1).sum())
+
+    def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
+        """``batch_size`` completed episodes, uniformly with replacement, as ``[B, L + 1, ...]`` fields cropped to the
+        longest of them (``L`` steps)."""
+        held = self.completed.clamp(max=self.slots - 1)
+        env = torch.multinomial(held.float(), batch_size, replacement=True)
+        back = (torch.rand(batch_size, device=self.device) * held[env]).long()  # 0: the newest completed episode
+        rows = ((self.slot[env] - 1 - back) % self.slots) * self.num_envs + env
+        filled = self.data["filled"][rows]
+        length = int(filled.sum(1).max())
+        return {name: value[rows, : length + 1] for name, value in self.data.items()}
+
+    def state_dict(self) -> dict:
+        return {"data": self.data, "t": self.t, "slot": self.slot, "completed": self.completed}
+
+    def load_state_dict(self, state: dict) -> None:
+        for name, value in state["data"].items():
+            self.data[name].copy_(value)
+        for name in ("t", "slot", "completed"):
+            getattr(self, name).copy_(state[name])

@@ -103,7 +103,7 @@ def _cmd_train(args) -> int:
     seed_everything(config.seed)
     env = make(config.env_id, num_envs=config.num_envs, device=config.device, seed=config.seed, **config.env_kwargs)
     try:
-        agent = algo(env.observation_space, env.action_space, algo.Config(**agent_values), device=config.device)
+        agent = algo.for_env(env, algo.Config(**agent_values), device=config.device)
     except ValueError as error:
         raise ValueError(f"{algo.name} cannot train on {config.env_id}: {error}") from None
     runner = Runner(agent, env, config, run_dir=run_dir, resume=bool(args.resume))
@@ -120,6 +120,8 @@ def _cmd_train(args) -> int:
         line += (
             f"; evaluation over {final['episodes']} episodes: {final['mean_return']:.1f} +- {final['std_return']:.1f}"
         )
+        if "win_rate" in final:
+            line += f", win rate {final['win_rate']:.0%}"
     if "threshold" in summary:
         reached = summary["threshold"]
         line += (
@@ -155,6 +157,7 @@ def _cmd_eval(args) -> int:
         print(
             f"{result['algo']} on {result['env_id']} after {result['env_steps']:,} env steps: mean return "
             f"{result['mean_return']:.2f} +- {result['std_return']:.2f} over {result['episodes']} episodes"
+            + (f", win rate {result['win_rate']:.0%}" if "win_rate" in result else "")
         )
     return 0
 

@@ -12,23 +12,32 @@ from rl_suite.env import VecEnv
 
 
 class EpisodeStats:
-    """Sums over the episodes finished since the last ``read``: count, return and length."""
+    """Sums over the episodes finished since the last ``read``: count, return, length and, for tasks with a winner
+    (``wins=True``, ``info["won"]``), wins."""
 
-    def __init__(self, device: torch.device):
-        self.totals = torch.zeros(3, device=device, dtype=torch.float64)
+    def __init__(self, device: torch.device, wins: bool = False):
+        self.wins = wins
+        self.totals = torch.zeros(4 if wins else 3, device=device, dtype=torch.float64)
 
     def record(self, info: dict[str, torch.Tensor]) -> None:
         done = info["done"].to(torch.float64)
         returns = info["episode_return"].to(torch.float64)
-        self.totals += torch.stack((done.sum(), returns.sum(), info["episode_length"].sum()))
+        sums = [done.sum(), returns.sum(), info["episode_length"].sum()]
+        if self.wins:
+            sums.append(info["won"].sum())
+        self.totals += torch.stack(sums)
 
     def read(self) -> dict[str, float] | None:
-        """Mean return and length of the finished episodes (``None`` if none finished), and restart the sums."""
-        count, returns, lengths = self.totals.tolist()
+        """Mean return and length (and the win rate) of the finished episodes (``None`` if none finished), and
+        restart the sums."""
+        count, returns, lengths, *wins = self.totals.tolist()
         self.totals.zero_()
         if count == 0:
             return None
-        return {"episodes": count, "episode_return": returns / count, "episode_length": lengths / count}
+        result = {"episodes": count, "episode_return": returns / count, "episode_length": lengths / count}
+        if self.wins:
+            result["win_rate"] = wins[0] / count
+        return result
 
 
 class Collector:

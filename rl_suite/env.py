@@ -149,7 +149,7 @@ class VecEnv:
             self.rng.seed(seed)
         self._running.zero_()
         self._reset_envs(self._all_envs)
-        self._observe(self._obs)
+        self._observe_current()
         return self._obs
 
     def step(self, actions: torch.Tensor):
@@ -161,17 +161,16 @@ class VecEnv:
         if self.max_episode_steps is not None:
             torch.ge(self._running[1], self.max_episode_steps, out=truncated)
         done = torch.logical_or(terminated, truncated, out=self._done)
-        self._observe(self._final_obs)
+        self._observe_final()
         self._close_episodes(done)
         if self.masked_resets:
             self._reset_envs(Selection(mask=done))
-            self._observe(self._obs)
+            self._observe_current()
         else:  # on the CPU, counting the ended environments costs no device sync, and work scales with them
             ids = done.nonzero().squeeze(1)
-            self._obs.copy_(self._final_obs)
             if ids.numel():
                 self._reset_envs(Selection(ids=ids))
-                self._observe(self._obs, ids)
+            self._observe_current(ids)
         return self._obs, reward, terminated, truncated, self._step_info()
 
     def get_state(self) -> torch.Tensor:
@@ -184,7 +183,7 @@ class VecEnv:
         Only the physics changes: step counters and episode statistics carry on.
         """
         self._write_state(self._state_view(), state, env_ids)
-        self._observe(self._obs)
+        self._observe_current()
         return self._obs
 
     def state_dict(self) -> dict[str, torch.Tensor]:
@@ -237,6 +236,20 @@ class VecEnv:
         raise NotImplementedError(f"{type(self).__name__} does not expose its physical state")
 
     # -- shared helpers -----------------------------------------------------------------------------------
+
+    def _observe_final(self) -> None:
+        """Observe what each environment reached in this step, before any reset (``info["final_obs"]``)."""
+        self._observe(self._final_obs)
+
+    def _observe_current(self, env_ids: torch.Tensor | None = None) -> None:
+        """Observe the current state: every row, or only the rows ``env_ids`` that were reset (the others are
+        unchanged since ``_observe_final``). Multi-agent envs extend this with their global state and masks."""
+        if env_ids is None:
+            self._observe(self._obs)
+        else:
+            self._obs.copy_(self._final_obs)
+            if env_ids.numel():
+                self._observe(self._obs, env_ids)
 
     def _close_episodes(self, done: torch.Tensor) -> None:
         """Report the return and length of the episodes that ended, and start counting their successors."""

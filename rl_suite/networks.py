@@ -139,6 +139,54 @@ class ActionScaler(nn.Module):
         return (env_action - self.center) / self.half_range
 
 
+class RecurrentMLP(nn.Module):
+    """An MLP body, an optional GRU (``gru_size > 0``) and a linear head: the agent networks of MAPPO and QMIX.
+
+    ``forward(x, h)`` is one step (``x [B, in]``, ``h [B, gru_size]``, ``None`` without a GRU) and returns
+    ``(out, h')``. ``unroll(x, h0, starts)`` runs a sequence ``x [L, B, in]`` from ``h0``, zeroing the hidden state
+    before the steps where ``starts [L, B]`` marks a new episode; it returns the outputs ``[L, B, out]`` and the hidden
+    state after each step ``[L, B, gru_size]``, equal to what stepping one at a time gives.
+    """
+
+    def __init__(
+        self, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str, gru_size: int = 0, gain=1.0
+    ):
+        super().__init__()
+        body = mlp(in_dim, hidden[:-1], hidden[-1], activation, out_gain=math.sqrt(2))
+        self.body = nn.Sequential(*body, ACTIVATIONS[activation]())
+        self.gru = nn.GRU(hidden[-1], gru_size) if gru_size > 0 else None
+        self.head = _init(nn.Linear(gru_size or hidden[-1], out_dim), gain)
+
+    @property
+    def recurrent(self) -> bool:
+        return self.gru is not None
+
+    def forward(self, x: torch.Tensor, h: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
+        features = self.body(x)
+        if self.gru is None:
+            return self.head(features), None
+        _, h = self.gru(features.unsqueeze(0), h.unsqueeze(0))
+        return self.head(h[0]), h[0]
+
+    def unroll(
+        self, x: torch.Tensor, h0: torch.Tensor | None = None, starts: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        features = self.body(x)
+        if self.gru is None:
+            return self.head(features), None
+        if starts is None:  # no episode starts inside: one fused call
+            hiddens, _ = self.gru(features, h0.unsqueeze(0))
+        else:
+            keep = (~starts).to(features.dtype).unsqueeze(-1)
+            hiddens, h = [], h0
+            for t in range(features.shape[0]):
+                _, h = self.gru(features[t : t + 1], (h * keep[t]).unsqueeze(0))
+                h = h[0]
+                hiddens.append(h)
+            hiddens = torch.stack(hiddens)
+        return self.head(hiddens), hiddens
+
+
 class Categorical:
     """A categorical distribution over ``logits[..., n]``."""
 

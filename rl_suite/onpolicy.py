@@ -61,11 +61,19 @@ class RewardScaler:
         return d["rewards"] / torch.sqrt(self.return_norm.var + 1e-8).float()
 
 
-def clipped_surrogate(ratio: torch.Tensor, advantages: torch.Tensor, clip: float) -> torch.Tensor:
+def clipped_surrogate(
+    ratio: torch.Tensor, advantages: torch.Tensor, clip: float, weights: torch.Tensor | None = None
+) -> torch.Tensor:
     """PPO's objective as a loss: ``-E[min(rho A, clip(rho, 1 - eps, 1 + eps) A)]``. ``ratio`` may have trailing
-    dimensions beyond ``advantages`` (FPO's per-sample ratios); advantages broadcast over them."""
+    dimensions beyond ``advantages`` (FPO's per-sample ratios); advantages broadcast over them. ``weights`` (shaped
+    like ``ratio``) turn the mean into a weighted one: MAPPO's death masking gives dead agents' samples weight 0."""
     advantages = advantages.view(*advantages.shape, *[1] * (ratio.dim() - advantages.dim()))
-    return torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip)).mean()
+    loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip))
+    return loss.mean() if weights is None else weighted_mean(loss, weights)
+
+
+def weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    return (x * weights).sum() / weights.sum().clamp_min(1.0)
 
 
 def normalized(advantages: torch.Tensor) -> torch.Tensor:

@@ -37,6 +37,7 @@ _REGISTRY: dict[str, EnvSpec] = {}
 # Prefixes that hand the rest of the id to an adapter: "gym:LunarLander-v3".
 ADAPTER_PREFIXES: dict[str, str] = {
     "gym": "rl_suite.envs.adapters.gymnasium:GymnasiumVecEnv",
+    "pz": "rl_suite.envs.adapters.pettingzoo:PettingZooVecEnv",
 }
 
 
@@ -95,6 +96,8 @@ ALGORITHMS: dict[str, str] = {
     "pql": "rl_suite.agents.pql:PQL",
     "fpo": "rl_suite.agents.fpo:FPO",
     "policyflow": "rl_suite.agents.policyflow:PolicyFlow",
+    "mappo": "rl_suite.agents.mappo:MAPPO",
+    "qmix": "rl_suite.agents.qmix:QMIX",
 }
 
 
@@ -154,3 +157,11 @@ for _task in (
 ):
     register(f"{_task}-v5", "rl_suite.envs.mujoco:MujocoVecEnv", task=_task)
 del _task
+
+# Multi-agent tasks (batched torch; no gymnasium counterparts). Spread and Tag follow mpe2's simple_spread_v3 and
+# simple_tag_v3; the skirmish scenarios are ours, in the spirit of SMAC's maps of the same names.
+register("Spread-v0", "rl_suite.envs.multiagent.mpe:Spread")
+register("Tag-v0", "rl_suite.envs.multiagent.mpe:Tag")
+register("Skirmish-3m-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="3m")
+register("Skirmish-8m-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="8m")
+register("Skirmish-2s3z-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="2s3z")

@@ -35,6 +35,7 @@ from rl_suite.checkpoint import (
 from rl_suite.collector import Collector
 from rl_suite.config import to_plain
 from rl_suite.env import VecEnv
+from rl_suite.multiagent import MultiAgentCollector, evaluate_multiagent, is_multiagent
 
 
 @dataclasses.dataclass(frozen=True)
@@ -89,7 +90,10 @@ def default_run_dir(config: RunConfig) -> pathlib.Path:
 @torch.no_grad()
 def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
     """Mean and standard deviation of the return of the deterministic policy over ``env.num_envs`` episodes: the
-    first episode of each environment, so that short episodes are not over-represented."""
+    first episode of each environment, so that short episodes are not over-represented. Multi-agent envs report the
+    team return, and the win rate where the task has winners."""
+    if is_multiagent(env):
+        return evaluate_multiagent(agent, env, seed)
     obs = env.reset(seed=seed)
     returns = torch.zeros(env.num_envs, device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
@@ -135,8 +139,10 @@ class Runner:
                 **config.env_kwargs,
             )
         self.eval_env = eval_env
-        self.buffer = agent.make_buffer(env.num_envs)
-        self.collector = Collector(env, agent, self.buffer)
+        # Multi-agent learners that store whole episodes (QMIX) size them by the env's time limit.
+        limit = {"max_episode_steps": env.max_episode_steps} if getattr(agent, "multiagent", False) else {}
+        self.buffer = agent.make_buffer(env.num_envs, **limit)
+        self.collector = (MultiAgentCollector if is_multiagent(env) else Collector)(env, agent, self.buffer)
         # Counters a checkpoint restores.
         self.env_steps = self.iterations = 0
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
@@ -211,11 +217,15 @@ class Runner:
         if episodes is not None:
             values["rollout/episode_return"] = episodes["episode_return"]
             values["rollout/episode_length"] = episodes["episode_length"]
+            if "win_rate" in episodes:
+                values["rollout/win_rate"] = episodes["win_rate"]
         logger.scalars(steps, values)
         postfix = {
             "return": values.get("rollout/episode_return", float("nan")),
             "steps/s": round(values["time/env_steps_per_s"]),
         }
+        if "rollout/win_rate" in values:
+            postfix["win"] = round(values["rollout/win_rate"], 2)
         if self.last_eval is not None:
             postfix["eval"] = self.last_eval["mean_return"]
         logger.progress(steps, **postfix)
@@ -223,13 +233,12 @@ class Runner:
 
     def _evaluate(self, logger, wall_time: float) -> None:
         self.last_eval = evaluate(self.agent, self.eval_env, seed=self.config.seed + 1_000_003)
-        self.evaluations.append(
-            {"env_steps": self.env_steps, "wall_time_s": wall_time, "mean_return": self.last_eval["mean_return"]}
-        )
-        logger.scalars(
-            self.env_steps,
-            {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]},
-        )
+        row = {"env_steps": self.env_steps, "wall_time_s": wall_time, "mean_return": self.last_eval["mean_return"]}
+        scalars = {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]}
+        if "win_rate" in self.last_eval:
+            row["win_rate"] = scalars["eval/win_rate"] = self.last_eval["win_rate"]
+        self.evaluations.append(row)
+        logger.scalars(self.env_steps, scalars)
         target = self.config.stop_at_return
         if target is not None and self.last_eval["mean_return"] >= target and not (self.threshold or {}).get("reached"):
             self.threshold = {"return": target, "reached": True, "env_steps": self.env_steps, "wall_time_s": wall_time}
