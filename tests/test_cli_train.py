@@ -79,9 +79,7 @@ def test_algos_lists_the_algorithms(capsys):
 
 def test_unknown_algorithm(capsys):
     err = error_of(["train", "ppp", "CartPole-v1"], capsys)
-    expected = (
-        "unknown algorithm 'ppp'. Did you mean 'ppo'? Algorithms: ppo, sac, pql, fpo, policyflow, mappo, qmix"
-    )
+    expected = "unknown algorithm 'ppp'. Did you mean 'ppo'? Algorithms: ppo, sac, pql, fpo, policyflow, mappo, qmix"
     assert err == f"rl-suite: error: {expected}"
 
 
