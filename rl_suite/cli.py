@@ -74,6 +74,7 @@ def _cmd_train(args) -> int:
         "total_steps": args.total_steps,
         "time_budget_s": args.time_budget,
         "stop_at_return": args.stop_at_return,
+        "stop_at_win_rate": args.stop_at_win_rate,
     }
     flags = {key: value for key, value in flags.items() if value is not None}
     overrides = {**flags, **parse_assignments(args.set)}
@@ -88,7 +89,7 @@ def _cmd_train(args) -> int:
                 f"{algo.name} on {args.env_id}"
             )
         run_values, agent_values = split_overrides({**saved["run"], **saved["agent"]}, RunConfig, algo.Config)
-        resumable = {"total_steps", "time_budget_s", "stop_at_return", "progress"}
+        resumable = {"total_steps", "time_budget_s", "stop_at_return", "stop_at_win_rate", "progress"}
         changed, _ = split_overrides(overrides, RunConfig, algo.Config)
         if set(overrides) - resumable:
             raise ConfigError(f"a resumed run keeps its settings; only {sorted(resumable)} may change")
@@ -124,10 +125,11 @@ def _cmd_train(args) -> int:
             line += f", win rate {final['win_rate']:.0%}"
     if "threshold" in summary:
         reached = summary["threshold"]
+        target = " and ".join(f"{reached[key]}" for key in ("return", "win_rate") if key in reached)
         line += (
-            f"; reached {reached['return']} after {reached['env_steps']:,} steps and {reached['wall_time_s']:.1f} s"
+            f"; reached {target} after {reached['env_steps']:,} steps and {reached['wall_time_s']:.1f} s"
             if reached["reached"]
-            else f"; did not reach {reached['return']}"
+            else f"; did not reach {target}"
         )
     print(line)
     return 0
@@ -199,6 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--total-steps", type=int, help="step budget (env steps over all environments)")
     train.add_argument("--time-budget", type=float, help="wall-clock budget in seconds")
     train.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
+    train.add_argument("--stop-at-win-rate", type=float, help="stop once an evaluation's win rate reaches this")
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     train.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="any setting, e.g. lr=3e-4")

@@ -58,6 +58,8 @@ class RunConfig:
     """Wall-clock budget in seconds, evaluation included; ``None`` for none."""
     stop_at_return: float | None = None
     """Stop as soon as an evaluation's mean return reaches this; ``None`` to train for the whole budget."""
+    stop_at_win_rate: float | None = None
+    """Stop as soon as an evaluation's win rate (tasks with winners: the skirmishes) reaches this."""
     eval_every_steps: int = 25_000
     """Evaluate every this many env steps (and at the end)."""
     eval_episodes: int = 100
@@ -128,6 +130,8 @@ class Runner:
         from rl_suite.registry import make
 
         self.agent, self.env, self.config = agent, env, config
+        if config.stop_at_win_rate is not None and getattr(env, "_won", None) is None:
+            raise ValueError(f"stop_at_win_rate needs a task with winners (a skirmish); {env} has none")
         self.run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
         self.run_dir.mkdir(parents=True, exist_ok=True)
         if eval_env is None and config.eval_episodes > 0:
@@ -239,13 +243,24 @@ class Runner:
             row["win_rate"] = scalars["eval/win_rate"] = self.last_eval["win_rate"]
         self.evaluations.append(row)
         logger.scalars(self.env_steps, scalars)
-        target = self.config.stop_at_return
-        if target is not None and self.last_eval["mean_return"] >= target and not (self.threshold or {}).get("reached"):
-            self.threshold = {"return": target, "reached": True, "env_steps": self.env_steps, "wall_time_s": wall_time}
-            logger.message(
-                f"evaluation return {self.last_eval['mean_return']:.1f} reached {target} after "
-                f"{self.env_steps:,} env steps and {wall_time:.1f} s"
-            )
+        for metric, target in self._targets():
+            value = self.last_eval["mean_return" if metric == "return" else metric]
+            if value >= target and not (self.threshold or {}).get("reached"):
+                self.threshold = {
+                    metric: target,
+                    "reached": True,
+                    "env_steps": self.env_steps,
+                    "wall_time_s": wall_time,
+                }
+                logger.message(
+                    f"evaluation {metric.replace('_', ' ')} {value:.4g} reached {target} after {self.env_steps:,} env "
+                    f"steps and {wall_time:.1f} s"
+                )
+
+    def _targets(self) -> list[tuple[str, float]]:
+        """The evaluation thresholds that end the run: ``(metric, value)``."""
+        targets = (("return", self.config.stop_at_return), ("win_rate", self.config.stop_at_win_rate))
+        return [(metric, value) for metric, value in targets if value is not None]
 
     def _record_video(self, logger) -> None:
         """Record one evaluation episode; a video that cannot be made (no renderer, no OpenGL) costs a message,
@@ -278,9 +293,9 @@ class Runner:
             "final_eval": self.last_eval,
             "evaluations": self.evaluations,
         }
-        if self.config.stop_at_return is not None:
+        if self._targets():
             summary["threshold"] = self.threshold or {
-                "return": self.config.stop_at_return,
+                **dict(self._targets()),
                 "reached": False,
                 "env_steps": None,
                 "wall_time_s": None,

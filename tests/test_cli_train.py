@@ -63,6 +63,37 @@ def test_train_pql_on_a_mujoco_task(tmp_path, capsys):
     assert config["agent"]["activation"] == "relu"  # from the shipped HalfCheetah settings
 
 
+def test_train_mappo_and_qmix_then_eval_reports_the_win_rate(tmp_path, capsys):
+    quick = ["--num-envs", "4", "--set", "progress=false", "eval_episodes=8", "hidden=[16]"]
+    spread = tmp_path / "spread"
+    assert main(["train", "mappo", "Spread-v0", "--total-steps", "400", "--run-dir", str(spread), *quick]) == 0
+    out = capsys.readouterr().out
+    assert "400 env steps" in out and "evaluation over 8 episodes" in out and "win rate" not in out
+    assert yaml.safe_load((spread / "config.yaml").read_text())["agent"]["n_steps"] == 25  # shipped Spread settings
+
+    skirmish = tmp_path / "skirmish"
+    settings = ["batch_episodes=4", "learning_starts_episodes=4", "gru_size=16"]
+    args = ["train", "qmix", "Skirmish-3m-v0", "--total-steps", "640", "--run-dir", str(skirmish)]
+    assert main([*args, *quick, *settings]) == 0
+    assert "640 env steps" in capsys.readouterr().out
+    summary = json.loads((skirmish / "summary.json").read_text())
+    assert summary["evaluations"][-1]["win_rate"] == summary["final_eval"]["win_rate"]
+    assert main(["eval", str(skirmish), "--episodes", "6", "--json"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["algo"] == "qmix" and result["episodes"] == 6 and 0 <= result["win_rate"] <= 1
+
+    err = error_of(["train", "ppo", "Skirmish-3m-v0", "--total-steps", "64"], capsys)
+    expected = (
+        "ppo cannot train on Skirmish-3m-v0: Skirmish-3m-v0 is a multi-agent env, and ppo trains single-agent envs"
+    )
+    assert err == f"rl-suite: error: {expected}"
+    continuous = "env_kwargs={continuous_actions: true}"
+    err = error_of(["train", "qmix", "Spread-v0", "--total-steps", "64", "--set", continuous], capsys)
+    assert err.endswith(
+        "qmix cannot train on Spread-v0: qmix needs a MultiDiscrete action space, got Box(0.0, 1.0, (3, 5), float32)"
+    )
+
+
 def test_tuned_settings_ship_for_the_learning_tasks():
     assert tuned_settings(load_algorithm("ppo"), "CartPole-v1")["stop_at_return"] == 475
     assert tuned_settings(load_algorithm("ppo"), "Pendulum-v1")["scale_rewards"] is True
