@@ -24,9 +24,7 @@ import argparse
 import csv
 import datetime
 import json
-import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -44,19 +42,14 @@ MPE2_MAX_ENVS = 1024  # mpe2 steps one Python environment at a time; beyond this
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    """The machine line of env_throughput.py, with the versions of the multi-agent peer."""
     import mpe2
     import pettingzoo
 
-    return (
-        f"{cpu} (platform.processor: {platform.processor() or 'n/a'}), {os.cpu_count()} cores; torch "
-        f"{torch.__version__} ({torch.get_num_threads()} threads), mpe2 {getattr(mpe2, '__version__', '?')}, "
-        f"pettingzoo {pettingzoo.__version__}, numpy {np.__version__}, Python {platform.python_version()}"
-    )
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from env_throughput import machine as base_machine
+
+    return f"{base_machine()}, mpe2 {getattr(mpe2, '__version__', '?')}, pettingzoo {pettingzoo.__version__}"
 
 
 def ours_rate(num_envs: int, seconds: float, device: str = "cpu") -> float:

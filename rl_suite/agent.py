@@ -142,6 +142,10 @@ class Agent:
     @torch.no_grad()
     def predict(self, obs, deterministic: bool = True):
         """Actions for ``obs`` (one observation or a batch, numpy or torch); returns the same kind and batching."""
+        if self.multiagent:
+            raise TypeError(
+                f"{self.name} acts on a dict of inputs with a memory: act(inputs, memory), see rl_suite/multiagent.py"
+            )
         is_numpy = not isinstance(obs, torch.Tensor)
         tensor = torch.as_tensor(np.asarray(obs) if is_numpy else obs, dtype=torch.float32, device=self.device)
         single = tensor.shape == self.observation_space.shape

@@ -81,6 +81,9 @@ def test_single_and_multi_agent_learners_refuse_the_other_kind():
         PPO.for_env(Rendezvous(num_envs=2))
     with pytest.raises(ValueError, match="is a single-agent env, and qmix trains multi-agent envs"):
         QMIX.for_env(make("CartPole-v1"))
+    env = Rendezvous(num_envs=2)
+    with pytest.raises(TypeError, match=r"mappo acts on a dict of inputs with a memory: act\(inputs, memory\)"):
+        MAPPO.for_env(env).predict(env.reset())
 
 
 # -- the pieces of the learners ---------------------------------------------------------------------------------
