@@ -108,6 +108,16 @@ class MultiAgentVecEnv(VecEnv):
     def alive(self) -> torch.Tensor:
         return self._alive
 
+    @property
+    def has_agent_rewards(self) -> bool:
+        """Whether ``info`` carries per-agent rewards."""
+        return self._agent_reward is not None
+
+    @property
+    def has_winner(self) -> bool:
+        """Whether episodes end in a win or not (``info["won"]``)."""
+        return self._won is not None
+
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         super().load_state_dict(state)
         self._observe_extras(self._global_state, self._avail, self._alive, None)
@@ -209,9 +219,9 @@ class MultiAgentCollector:
 
     def __init__(self, env: MultiAgentVecEnv, agent, buffer):
         self.env, self.agent, self.buffer = env, agent, buffer
-        if "agent_reward" in buffer.fields and env._agent_reward is None:
+        if "agent_reward" in buffer.fields and not env.has_agent_rewards:
             raise ValueError(f"{agent.name} was set to learn per-agent rewards, but {env} reports none")
-        self.stats = EpisodeStats(env.device, wins=env._won is not None)
+        self.stats = EpisodeStats(env.device, wins=env.has_winner)
         # Collector-owned copies: the env overwrites its buffers on every step.
         self.inputs = {k: v.clone() for k, v in agent_inputs(env, env.reset()).items()}
         self.memory = agent.initial_memory(env.num_envs)
@@ -278,6 +288,6 @@ def evaluate_multiagent(agent, env: MultiAgentVecEnv, seed: int) -> dict[str, An
         "std_return": returns.std(unbiased=False).item(),
         "episodes": env.num_envs,
     }
-    if env._won is not None:
+    if env.has_winner:
         result["win_rate"] = wins.double().mean().item()
     return result

@@ -130,7 +130,7 @@ class Runner:
         from rl_suite.registry import make
 
         self.agent, self.env, self.config = agent, env, config
-        if config.stop_at_win_rate is not None and getattr(env, "_won", None) is None:
+        if config.stop_at_win_rate is not None and not getattr(env, "has_winner", False):
             raise ValueError(f"stop_at_win_rate needs a task with winners (a skirmish); {env} has none")
         self.run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
         self.run_dir.mkdir(parents=True, exist_ok=True)
@@ -144,7 +144,7 @@ class Runner:
             )
         self.eval_env = eval_env
         # Multi-agent learners that store whole episodes (QMIX) size them by the env's time limit.
-        limit = {"max_episode_steps": env.max_episode_steps} if getattr(agent, "multiagent", False) else {}
+        limit = {"max_episode_steps": env.max_episode_steps} if is_multiagent(env) else {}
         self.buffer = agent.make_buffer(env.num_envs, **limit)
         self.collector = (MultiAgentCollector if is_multiagent(env) else Collector)(env, agent, self.buffer)
         # Counters a checkpoint restores.

@@ -245,3 +245,10 @@ def test_resumed_run_ends_bitwise_equal(tmp_path, algo, settings):
     for name, module in straight.modules.items():
         for key, value in module.state_dict().items():
             assert torch.equal(value, resumed.modules[name].state_dict()[key]), (name, key)
+
+
+def test_stop_at_win_rate_needs_a_task_with_winners(tmp_path):
+    env = Rendezvous(num_envs=2)
+    config = RunConfig(algo="mappo", env_id="custom", num_envs=2, stop_at_win_rate=0.9, eval_episodes=0)
+    with pytest.raises(ValueError, match="stop_at_win_rate needs a task with winners"):
+        Runner(MAPPO.for_env(env), env, config, run_dir=tmp_path)
