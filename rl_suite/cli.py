@@ -164,6 +164,21 @@ def _cmd_eval(args) -> int:
     return 0
 
 
+def _cmd_export(args) -> int:
+    from rl_suite.export import export_run
+
+    report = export_run(args.run_dir, args.output, args.format, control_hz=args.control_hz)
+    print(f"wrote {report.format} policy {report.path} ({report.path.stat().st_size:,} bytes)")
+    print("metadata:")
+    for key, value in report.metadata.items():
+        print(f"  {key}: {json.dumps(value)}")
+    print(
+        f"parity against the torch policy on {report.observations_checked} observations: "
+        f"max abs error {report.max_abs_error:.3g}"
+    )
+    return 0
+
+
 def _cmd_algos(args) -> int:
     from rl_suite.registry import ALGORITHMS, load_algorithm
 
@@ -214,6 +229,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
     evaluate.set_defaults(run=_cmd_eval)
+
+    export = commands.add_parser(
+        "export", help="export a run's newest policy (normalisation, scaling, clipping inside) as ONNX or TorchScript"
+    )
+    export.add_argument("run_dir")
+    export.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
+    export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
+    export.add_argument("--control-hz", type=float, help="control rate to record (default: the env's 1/dt, if any)")
+    export.set_defaults(run=_cmd_export)
     return parser
 
 
