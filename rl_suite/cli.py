@@ -165,15 +165,31 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from rl_suite.export import export_run
+    from rl_suite.export import export_run, export_sb3
 
-    report = export_run(args.run_dir, args.output, args.format, control_hz=args.control_hz)
+    if (args.run_dir is None) == (args.sb3 is None):
+        raise ValueError("export takes exactly one source: a RUN_DIR, or --sb3 ZIP (a stable-baselines3 model)")
+    if args.sb3 is None and (args.vecnormalize or args.env_id or args.algo):
+        raise ValueError("--vecnormalize, --env-id and --algo go with --sb3 ZIP")
+    if args.sb3 is not None:
+        report = export_sb3(
+            args.sb3,
+            args.output,
+            args.format,
+            algo=args.algo,
+            vecnormalize_path=args.vecnormalize,
+            env_id=args.env_id,
+            control_hz=args.control_hz,
+        )
+    else:
+        report = export_run(args.run_dir, args.output, args.format, control_hz=args.control_hz)
     print(f"wrote {report.format} policy {report.path} ({report.path.stat().st_size:,} bytes)")
     print("metadata:")
     for key, value in report.metadata.items():
         print(f"  {key}: {json.dumps(value)}")
+    reference = "SB3's predict(deterministic=True)" if args.sb3 is not None else "the torch policy"
     print(
-        f"parity against the torch policy on {report.observations_checked} observations: "
+        f"parity against {reference} on {report.observations_checked} observations: "
         f"max abs error {report.max_abs_error:.3g}"
     )
     return 0
@@ -231,9 +247,15 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.set_defaults(run=_cmd_eval)
 
     export = commands.add_parser(
-        "export", help="export a run's newest policy (normalisation, scaling, clipping inside) as ONNX or TorchScript"
+        "export",
+        help="export a run's newest policy, or a stable-baselines3 model, as ONNX or TorchScript (normalisation, "
+        "scaling, clipping inside)",
     )
-    export.add_argument("run_dir")
+    export.add_argument("run_dir", nargs="?", metavar="RUN_DIR", help="a training run (or give --sb3 instead)")
+    export.add_argument("--sb3", metavar="ZIP", help="a model saved by stable-baselines3 (instead of a RUN_DIR)")
+    export.add_argument("--algo", help="the SB3 zip's algorithm: ppo, a2c, sac, td3 or dqn (default: from the zip)")
+    export.add_argument("--vecnormalize", metavar="PKL", help="the SB3 VecNormalize pickle to bake into the graph")
+    export.add_argument("--env-id", help="environment id to record in the metadata (--sb3 only)")
     export.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
     export.add_argument("--control-hz", type=float, help="control rate to record (default: the env's 1/dt, if any)")
