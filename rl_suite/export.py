@@ -367,21 +367,27 @@ def export_policy(
     names = [spec["name"] for spec in metadata["inputs"]]
     exported = _run_file(path, format, inputs, names)
     expected = _reference_actions(agent, inputs)
+    max_error = compare_actions(exported, expected, metadata["output"]["dtype"] == "int64", "the agent")
+    return ExportReport(path, format, metadata, max_error, int(obs.shape[0]))
+
+
+def compare_actions(exported: np.ndarray, expected: np.ndarray, discrete: bool, reference: str) -> float:
+    """The parity check: equal discrete actions, or continuous ones within float32 tolerance; returns the largest
+    absolute error and raises ``ExportError`` on a mismatch."""
     if exported.shape != expected.shape:
-        raise ExportError(f"the exported policy returns shape {exported.shape}, the agent {expected.shape}")
-    if metadata["output"]["dtype"] == "int64":
+        raise ExportError(f"the exported policy returns shape {exported.shape}, {reference} {expected.shape}")
+    if discrete:
         mismatched = int((exported != expected).sum())
         if mismatched:
-            raise ExportError(f"the exported policy picks other actions than the agent on {mismatched} observations")
-        max_error = 0.0
-    else:
-        max_error = float(np.abs(exported.astype(np.float64) - expected).max())
-        if not np.allclose(exported, expected, atol=ATOL, rtol=RTOL):
-            raise ExportError(
-                f"the exported policy disagrees with the agent: max abs error {max_error:.3g} "
-                f"(tolerance atol={ATOL}, rtol={RTOL})"
-            )
-    return ExportReport(path, format, metadata, max_error, int(obs.shape[0]))
+            raise ExportError(f"the exported policy picks other actions than {reference} on {mismatched} observations")
+        return 0.0
+    max_error = float(np.abs(exported.astype(np.float64) - expected).max())
+    if not np.allclose(exported, expected, atol=ATOL, rtol=RTOL):
+        raise ExportError(
+            f"the exported policy disagrees with {reference}: max abs error {max_error:.3g} "
+            f"(tolerance atol={ATOL}, rtol={RTOL})"
+        )
+    return max_error
 
 
 def _env_dt(env_id: str, env_kwargs: dict) -> float | None:
@@ -745,20 +751,5 @@ def export_sb3(
         seen = np.clip((seen - mean) / np.sqrt(var + epsilon), -clip_obs, clip_obs)
     expected, _ = model.predict(seen.astype(np.float32), deterministic=True)
     expected = np.asarray(expected)
-    if exported.shape != expected.shape:
-        raise ExportError(f"the exported policy returns shape {exported.shape}, SB3's predict {expected.shape}")
-    if discrete:
-        mismatched = int((exported != expected).sum())
-        if mismatched:
-            raise ExportError(
-                f"the exported policy picks other actions than SB3's predict on {mismatched} observations"
-            )
-        max_error = 0.0
-    else:
-        max_error = float(np.abs(exported.astype(np.float64) - expected).max())
-        if not np.allclose(exported, expected, atol=ATOL, rtol=RTOL):
-            raise ExportError(
-                f"the exported policy disagrees with SB3's predict: max abs error {max_error:.3g} "
-                f"(tolerance atol={ATOL}, rtol={RTOL})"
-            )
+    max_error = compare_actions(exported, expected, discrete, "SB3's predict")
     return ExportReport(path, format, metadata, max_error, int(obs.shape[0]))
