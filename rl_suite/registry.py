@@ -141,7 +141,8 @@ register("MountainCar-v0", "rl_suite.envs.classic.mountain_car:MountainCar")
 register("MountainCarContinuous-v0", "rl_suite.envs.classic.mountain_car:MountainCarContinuous")
 register("MultiGoal-v0", "rl_suite.envs.classic.multigoal:MultiGoal")  # no gymnasium counterpart
 
-# gymnasium's v5 MuJoCo tasks on batched physics (MuJoCo's batch API on the CPU, mujoco_warp on CUDA).
+# gymnasium's v5 MuJoCo tasks on batched physics (MuJoCo's batch API on the CPU, mujoco_warp on CUDA). The factory
+# builds a MujocoVecEnv, wrapped for observation noise or motor strength when those keywords are given.
 for _task in (
     "Ant",
     "HalfCheetah",
@@ -155,7 +156,7 @@ for _task in (
     "Swimmer",
     "Walker2d",
 ):
-    register(f"{_task}-v5", "rl_suite.envs.mujoco:MujocoVecEnv", task=_task)
+    register(f"{_task}-v5", "rl_suite.envs.mujoco.randomization:make_mujoco_env", task=_task)
 del _task
 
 # Multi-agent tasks (batched torch; no gymnasium counterparts). Spread and Tag follow mpe2's simple_spread_v3 and

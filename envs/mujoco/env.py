@@ -8,6 +8,19 @@ state, written once in torch over the physics fields.
 Backends (``physics.py``, ``warp_physics.py``): ``"cpu"`` (MuJoCo's batch API on native threads, float64) and
 ``"warp"`` (``mujoco_warp``, float32). The device picks one (CPU device: ``"cpu"``; CUDA: ``"warp"``);
 ``backend=`` forces either.
+
+Model randomisation (``randomize_mass=d``, ``randomize_friction=d``, env keywords, off by default): at every
+reset an environment draws new model parameters from its own random stream, and each simulation steps its own
+copy of the fields (``physics.model_field``):
+
+- mass: every body's mass and rotational inertia are multiplied by one factor uniform in ``[1 - d, 1 + d]`` (one
+  factor per body: as if its density changed, so mass and inertia stay consistent), and MuJoCo's derived constants
+  are recomputed (``mj_setConst``);
+- friction: every geom's sliding friction is multiplied by one factor uniform in ``[1 - d, 1 + d]`` per
+  environment (MuJoCo combines a contact's two geoms by their maximum, so one factor scales every contact's).
+
+Observation noise and motor strength are the ``RandomizedVecEnv`` wrapper's (``randomization.py``); ``make`` applies
+it when ``obs_noise_std`` or ``motor_strength`` are given as env keywords.
 """
 
 from __future__ import annotations
@@ -56,6 +69,7 @@ class MujocoVecEnv(VecEnv):
         frame_skip, max_episode_steps, xml_file: as gymnasium's; ``None`` keeps the task's defaults.
         nthread: native threads of the CPU backend; 0 uses every core.
         warp_options: keyword arguments for the Warp backend (``nconmax``, ``njmax``).
+        randomize_mass, randomize_friction: model randomisation half-widths (see the module docstring); 0 for none.
         task_kwargs: the task's settings, named as gymnasium names them (``reset_noise_scale``,
             ``ctrl_cost_weight``, ...). A name the task does not have is refused.
     """
@@ -74,8 +88,14 @@ class MujocoVecEnv(VecEnv):
         warp_options: dict | None = None,
         check_values: bool | None = None,
         masked_resets: bool | None = None,
+        randomize_mass: float = 0.0,
+        randomize_friction: float = 0.0,
         **task_kwargs,
     ):
+        for name, value in (("randomize_mass", randomize_mass), ("randomize_friction", randomize_friction)):
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1) (a fraction of the nominal value), got {value!r}")
+        self.randomize_mass, self.randomize_friction = float(randomize_mass), float(randomize_friction)
         self.task = task_module.make_task(task, task_kwargs)
         self.frame_skip = self.task.frame_skip if frame_skip is None else int(frame_skip)
         if self.frame_skip <= 0:
@@ -120,6 +140,46 @@ class MujocoVecEnv(VecEnv):
         # run computes the same velocity.
         self._position = torch.zeros(self.num_envs, self.task.position_size, device=sim, dtype=dtype)
         self._all_rows = PhysicsRows(self.physics)
+        self._randomized = self._bind_randomized_fields(model)
+
+    def _bind_randomized_fields(self, model: mujoco.MjModel) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
+        """The per-environment model fields the randomisation writes, with their nominal values: ``{name: (field
+        [N, ...], nominal [...])}``. Only the fields in use are expanded: the others stay shared."""
+        names = (("body_mass", "body_inertia") if self.randomize_mass else ()) + (
+            ("geom_friction",) if self.randomize_friction else ()
+        )
+        sim, dtype = self.physics.device, self.physics.dtype
+        return {
+            name: (self.physics.model_field(name), torch.as_tensor(getattr(model, name), device=sim, dtype=dtype))
+            for name in names
+        }
+
+    def _randomize_model(self, selection: Selection, ids: torch.Tensor | None) -> None:
+        """Draw new model parameters for the selected environments (``ids`` on the physics' device, or all)."""
+        sim, dtype, fields = self.physics.device, self.physics.dtype, self._randomized
+        if self.randomize_friction:
+            d = self.randomize_friction
+            factor = selection.uniform(self.rng, 1.0 - d, 1.0 + d, 1, torch.float32).to(sim, dtype)
+            friction, nominal = fields["geom_friction"]
+            scaled = nominal.expand(len(factor), *nominal.shape).clone()
+            scaled[..., 0] *= factor  # sliding friction; torsional and rolling stay as they are
+            self._write_rows(friction, scaled, selection, ids)
+        if self.randomize_mass:
+            d, nbody = self.randomize_mass, self.model.nbody
+            factor = selection.uniform(self.rng, 1.0 - d, 1.0 + d, nbody, torch.float32).to(sim, dtype)
+            for name in ("body_mass", "body_inertia"):
+                field, nominal = fields[name]
+                scaled = nominal * (factor if nominal.dim() == 1 else factor[..., None])
+                self._write_rows(field, scaled, selection, ids)
+            self.physics.set_const(ids)
+
+    @staticmethod
+    def _write_rows(field: torch.Tensor, values: torch.Tensor, selection: Selection, ids) -> None:
+        if selection.ids is not None:
+            field.index_copy_(0, ids, values)
+        else:
+            mask = selection.mask.to(field.device).view(-1, *[1] * (field.dim() - 1))
+            field.copy_(torch.where(mask, values, field))
 
     # -- hooks of the contract ----------------------------------------------------------------------------
 
@@ -150,12 +210,16 @@ class MujocoVecEnv(VecEnv):
         qpos, qvel = self.task.initial_state(selection, self.rng, self._init_qpos, self._init_qvel)
         if selection.ids is not None:
             ids = selection.ids.to(physics.device)
+            if self._randomized:
+                self._randomize_model(selection, ids)  # before the reset: mj_setConst overwrites the state
             physics.reset(ids)  # as gymnasium's reset: mj_resetData, then the new state, then mj_forward
             physics.qpos.index_copy_(0, ids, qpos.to(physics.device))
             physics.qvel.index_copy_(0, ids, qvel.to(physics.device))
         else:
             mask = selection.mask.to(physics.device)
             ids = mask.nonzero().squeeze(1)
+            if self._randomized:
+                self._randomize_model(selection, ids)
             physics.reset(ids)
             physics.qpos.copy_(torch.where(mask[:, None], qpos.to(physics.device), physics.qpos))
             physics.qvel.copy_(torch.where(mask[:, None], qvel.to(physics.device), physics.qvel))
@@ -197,9 +261,14 @@ class MujocoVecEnv(VecEnv):
             "streams": self.rng._streams.clone(),
             "running": self._running.clone(),
             "obs": self._obs.clone(),
+            **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        if self._randomized:
+            for name, (field, _) in self._randomized.items():
+                field.copy_(state[f"model.{name}"])
+            self.physics.set_const()  # the state rows below then overwrite what it clobbered
         self.physics.state.copy_(state["physics"])
         self._position.copy_(state["position"])
         self.rng._streams.copy_(state["streams"])

@@ -9,6 +9,9 @@ the simulator's own storage (no copies):
   evaluation inside the step (with RK4, its last stage), not of the new state. After ``forward`` they describe
   the current state, except ``cfrc_ext``, which ``mj_forward`` does not compute.
 - ``state``: ``[N, k]`` rows holding everything that decides the next step, for checkpoints.
+- ``model_field(name)``: an ``mjModel`` field given one value per environment (``body_mass``, ``geom_friction``,
+  ...), as an ``[N, ...]`` view to write; after writing fields that ``mj_setConst`` derives from (masses, inertias),
+  ``set_const(env_ids)`` recomputes the derived constants (it clobbers those environments' state: reset them next).
 
 Two backends:
 
@@ -56,6 +59,8 @@ def _load_mujoco_library() -> ctypes.CDLL:
         "mjb_status": (ctypes.POINTER(i32), [ptr]),
         "mjb_error": (ctypes.c_char_p, [ptr, i32]),
         "mjb_getData": (None, [ptr, i32, ptr]),
+        "mjb_expand": (ptr, [ptr, ctypes.c_char_p, ctypes.POINTER(i32), ctypes.POINTER(i32)]),
+        "mjb_setConst": (i32, [ptr, ptr, i32]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -179,6 +184,23 @@ class CPUPhysics:
         data = mujoco.MjData(self.model)
         self._lib.mjb_getData(self._batch, env_id, data._address)
         return data
+
+    def model_field(self, name: str) -> torch.Tensor:
+        """The ``mjModel`` field ``name`` with one value per simulation (``mjb_expand``: each simulation steps its
+        own copy from now on), as a writable ``[N, *field shape]`` float64 view, initialised to the model's."""
+        reference = getattr(self.model, name)
+        size, elemsize = ctypes.c_int(), ctypes.c_int()
+        address = self._lib.mjb_expand(self._batch, name.encode(), ctypes.byref(size), ctypes.byref(elemsize))
+        if not address or elemsize.value != 8 or size.value != reference.size:
+            raise ValueError(f"{name!r} is not an mjModel field of float64 values that can vary per simulation")
+        buffer = (ctypes.c_double * (self.num_envs * size.value)).from_address(address)
+        return torch.from_numpy(np.frombuffer(buffer, dtype=np.float64).reshape(self.num_envs, *reference.shape))
+
+    def set_const(self, env_ids: torch.Tensor | None = None) -> None:
+        """``mj_setConst`` on the chosen simulations' models: recompute what MuJoCo derives from masses and
+        inertias (subtree masses, inverse weights, ...). It overwrites their state, so reset them afterwards."""
+        ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
+        self._check(self._lib.mjb_setConst(self._batch, pointer, count), "mj_setConst")
 
     def __del__(self):
         if getattr(self, "_batch", None):

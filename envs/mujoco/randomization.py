@@ -15,9 +15,10 @@ Random numbers come from the wrapper's own per-environment streams (``rl_suite.r
 reset noise, are untouched, and a wrapper with both settings at zero is the env itself. The draws are counter
 based, so one environment's randomisation does not depend on how many others reset.
 
-Not here: mass, friction, damping or any other model-parameter randomisation. Those need one model per environment,
-and the CPU batch backend steps every environment with one shared ``MjModel`` (``physics.py``); faking them by
-scaling something else would not be the same randomisation.
+Mass and friction randomisation change the model, so they live in ``MujocoVecEnv`` itself (``randomize_mass``,
+``randomize_friction``; see ``env.py``). ``make_mujoco_env``, the registered MuJoCo ids' entry point, takes all four
+as env keywords: ``rl_suite.make("HalfCheetah-v5", randomize_mass=0.1, obs_noise_std=0.01, motor_strength=0.1)``, or
+``--set env_kwargs='{"randomize_friction": 0.3}'`` on the command line.
 """
 
 from __future__ import annotations
@@ -29,6 +30,25 @@ from rl_suite.env import Selection
 from rl_suite.rng import EnvStreams
 
 _CHUNK = 64  # EnvStreams draws at most 128 uniforms at once; a normal takes two
+
+
+def make_mujoco_env(
+    num_envs: int = 1,
+    device="cpu",
+    seed: int | None = None,
+    obs_noise_std=0.0,
+    motor_strength: float = 0.0,
+    per_motor: bool = False,
+    **kwargs,
+):
+    """A ``MujocoVecEnv`` (``kwargs`` are its own, mass and friction randomisation included), wrapped in a
+    ``RandomizedVecEnv`` when observation noise or motor strength is asked for."""
+    from rl_suite.envs.mujoco.env import MujocoVecEnv
+
+    env = MujocoVecEnv(num_envs=num_envs, device=device, seed=seed, **kwargs)
+    if np.any(np.asarray(obs_noise_std) != 0) or motor_strength:
+        return RandomizedVecEnv(env, obs_noise_std, motor_strength, per_motor, seed=seed)
+    return env
 
 
 class RandomizedVecEnv:

@@ -146,6 +146,7 @@ class WarpPhysics:
         self.overflow = wp.to_torch(self._d.overflow)
         self._rne_post = "cfrc_ext" in fields
         self._graphs: dict[int, wp.Graph] = {}  # CUDA graph of step(nstep), by nstep
+        self._model_fields: dict[str, torch.Tensor] = {}  # per-world model fields, kept alive here
         self._wp_stream = None
         if self._wp_device.is_cuda:
             # put_data's copies ran on warp's stream and the copies into the rows on torch's, reading arrays that
@@ -258,6 +259,44 @@ class WarpPhysics:
                     mjw.forward(self._m, self._d)
             else:
                 mjw.forward(self._m, self._d)
+
+    # mujoco_warp reads a model field's row ``worldid % rows``; set_const writes the rows its outputs have. These are
+    # what it derives from masses and inertias, given one row per world when the masses get one.
+    _MASS_DERIVED = ("body_subtreemass", "dof_invweight0", "body_invweight0", "tendon_invweight0", "actuator_acc0")
+
+    def model_field(self, name: str) -> torch.Tensor:
+        """The model field ``name`` with one row per world, as a writable ``[N, *field shape]`` view initialised to
+        the model's. Call it before the first ``step`` on CUDA: captured graphs hold the arrays they were given."""
+        if name in self._model_fields:
+            return self._model_fields[name]
+        array = getattr(self._m, name, None)
+        if not isinstance(array, wp.array) or name not in self._mjm.__dir__():
+            raise ValueError(f"{name!r} is not a model field mujoco_warp can vary per world")
+        if self._graphs:
+            raise RuntimeError(f"model_field({name!r}) after the first step: captured CUDA graphs read the old array")
+        rows = wp.to_torch(array)
+        field = rows[:1].expand(self.num_envs, *rows.shape[1:]).clone()
+        setattr(self._m, name, wp.from_torch(field, dtype=array.dtype))
+        reference = getattr(self._mjm, name)
+        self._model_fields[name] = view = field.view(self.num_envs, *reference.shape)
+        return view
+
+    def set_const(self, env_ids: torch.Tensor | None = None) -> None:
+        """``mjw.set_const``: recompute what mujoco_warp derives from masses and inertias, per world. It runs on
+        every world (the others' constants come out as they were); their derived fields are put back."""
+        for name in self._MASS_DERIVED:
+            if getattr(self._mjm, name).size:
+                self.model_field(name)
+        saved = {name: view.clone() for name, view in self.derived.items()}
+        self._sync_eq_active()
+        with wp.ScopedDevice(self._wp_device):
+            if self._wp_device.is_cuda:
+                with wp.ScopedStream(self._stream()):
+                    mjw.set_const(self._m, self._d)
+            else:
+                mjw.set_const(self._m, self._d)
+        for name, view in self.derived.items():
+            view.copy_(saved[name])
 
     def data(self, env_id: int) -> mujoco.MjData:
         """A copy of one world as an ``MjData``, derived fields (as of the last call) included, for rendering."""
