@@ -13,10 +13,12 @@ and the fraction of the MuJoCo return kept in PyBullet is reported (PyBullet / M
 ``include_cfrc_ext_in_observation=False`` (27 observations), since PyBullet gives no ``cfrc_ext``.
 
     OMP_NUM_THREADS=1 python benchmarks/sim2sim.py [--tasks HalfCheetah-v5 Ant-v5] [--minutes 4] [--episodes 5]
-        [--randomize OBS_NOISE_STD MOTOR_STRENGTH]
+        [--trainings plain obs-motor mass-friction rarl] [--variants default ...]
 
-With ``--randomize``, a second policy per task trains in ``RandomizedVecEnv`` (``envs/mujoco/randomization.py``:
-observation noise and per-episode motor strength) and is deployed the same way; evaluation in MuJoCo is clean.
+``--trainings`` picks how the policies train (``TRAININGS``): plain PPO; PPO with observation noise and motor
+strength (``RandomizedVecEnv``), or with mass and friction randomisation (``MujocoVecEnv``'s model fields), all as
+env keywords; or RARL (``agents/rarl.py``: PPO against an adversary pushing the robot, with the force set in
+``agents/hyperparams/rarl.yaml``). Every policy is deployed the same way, and evaluated in a clean MuJoCo env.
 
 Writes ``benchmarks/results/sim2sim.{md,csv}`` with the machine it ran on.
 """
@@ -46,9 +48,16 @@ VARIANTS = {
     "substeps=1": {"substeps": 1},
 }
 TASK_KWARGS = {"HalfCheetah-v5": {}, "Ant-v5": {"include_cfrc_ext_in_observation": False}}
+# How a policy trains: (algorithm, env keywords added to the task's, a label for the tables).
+TRAININGS = {
+    "plain": ("ppo", {}, "plain"),
+    "obs-motor": ("ppo", {"obs_noise_std": 0.01, "motor_strength": 0.1}, "obs noise 0.01, motor strength ±0.1"),
+    "mass-friction": ("ppo", {"randomize_mass": 0.2, "randomize_friction": 0.3}, "mass ±0.2, friction ±0.3"),
+    "rarl": ("rarl", {}, "RARL adversary"),
+}
 
 
-def train(env_id: str, seconds: float, seed: int, run_dir: pathlib.Path, randomize: list[float] | None = None):
+def train(env_id: str, seconds: float, seed: int, run_dir: pathlib.Path, training: str = "plain"):
     import rl_suite
     from rl_suite.checkpoint import seed_everything
     from rl_suite.cli import tuned_settings
@@ -56,8 +65,10 @@ def train(env_id: str, seconds: float, seed: int, run_dir: pathlib.Path, randomi
     from rl_suite.registry import load_algorithm
     from rl_suite.runner import RunConfig, Runner
 
-    algo = load_algorithm("ppo")
+    algo_name, randomization, _ = TRAININGS[training]
+    algo = load_algorithm(algo_name)
     settings = tuned_settings(algo, env_id)
+    env_kwargs = {**settings.get("env_kwargs", {}), "nthread": 1, **TASK_KWARGS[env_id], **randomization}
     settings.update(
         total_steps=10**12,
         time_budget_s=seconds,
@@ -67,17 +78,13 @@ def train(env_id: str, seconds: float, seed: int, run_dir: pathlib.Path, randomi
         log_every_steps=100_000,
         progress=False,
         seed=seed,
-        env_kwargs={"nthread": 1, **TASK_KWARGS[env_id]},
+        env_kwargs=env_kwargs,
     )
     run_values, agent_values = split_overrides(settings, RunConfig, algo.Config)
     config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
     seed_everything(seed)
-    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, nthread=1, **TASK_KWARGS[env_id])
-    if randomize:
-        from rl_suite.envs.mujoco.randomization import RandomizedVecEnv
-
-        env = RandomizedVecEnv(env, obs_noise_std=randomize[0], motor_strength=randomize[1], seed=seed)
-    agent = algo(env.observation_space, env.action_space, algo.Config(**agent_values))
+    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, **env_kwargs)
+    agent = algo.for_env(env, algo.Config(**agent_values))
     summary = Runner(agent, env, config, run_dir=run_dir).run()
     return agent, env.dt, int(summary["env_steps"])
 
@@ -179,11 +186,7 @@ def main() -> None:
     parser.add_argument("--policy", type=pathlib.Path, help="deploy this exported file instead of training (one task)")
     parser.add_argument("--save-policy", type=pathlib.Path, help="keep the exported files in this folder")
     parser.add_argument(
-        "--randomize",
-        nargs=2,
-        type=float,
-        metavar=("OBS_NOISE_STD", "MOTOR_STRENGTH"),
-        help="also train with RandomizedVecEnv(obs_noise_std, motor_strength) and deploy that policy the same way",
+        "--trainings", nargs="+", default=["plain"], choices=list(TRAININGS), help="how the deployed policies train"
     )
     parser.add_argument("--note", default="", help="a line about the machine's load, written with the results")
     args = parser.parse_args()
@@ -191,24 +194,21 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        trainings = [None] + ([args.randomize] if args.randomize else [])
-        for env_id, randomize in [(env_id, r) for env_id in args.tasks for r in trainings]:
+        for env_id, preset in [(env_id, t) for env_id in args.tasks for t in args.trainings]:
             task = env_id.split("-")[0]
-            training = "plain" if randomize is None else f"obs noise {randomize[0]}, motor strength ±{randomize[1]}"
-            print(f"{env_id} ({training}): training PPO for {args.minutes} min", flush=True)
+            training = TRAININGS[preset][2]
+            print(f"{env_id} ({training}): training {TRAININGS[preset][0]} for {args.minutes} min", flush=True)
             run_dir = pathlib.Path(tmp) / f"{env_id}-{len(rows)}"
             if args.policy is not None:
                 path, steps, training = args.policy, 0, f"given: {args.policy.name}"
             else:
-                agent, dt, steps = train(env_id, args.minutes * 60, args.seed, run_dir, randomize)
+                agent, dt, steps = train(env_id, args.minutes * 60, args.seed, run_dir, preset)
                 path = run_dir / f"{task}.onnx"
                 export_policy(agent, path, env_id=env_id, dt=dt)
                 agent.close()
                 if args.save_policy is not None:
                     args.save_policy.mkdir(parents=True, exist_ok=True)
-                    shutil.copy(
-                        path, args.save_policy / f"{task}-{'plain' if randomize is None else 'randomized'}.onnx"
-                    )
+                    shutil.copy(path, args.save_policy / f"{task}-{preset}.onnx")
             from rl_suite.deploy import load_policy
 
             mujoco_returns = evaluate_mujoco(load_policy(path), env_id, args.episodes, args.seed + 1000)
@@ -253,9 +253,8 @@ def write(rows: list[dict], args) -> None:
         "# Sim-to-sim: MuJoCo-trained PPO deployed to PyBullet",
         "",
         f"`OMP_NUM_THREADS=1 python benchmarks/sim2sim.py --tasks {' '.join(args.tasks)} --minutes {args.minutes} "
-        f"--episodes {args.episodes} --seed {args.seed}"
-        + (f" --randomize {args.randomize[0]} {args.randomize[1]}" if args.randomize else "")
-        + f"`, {datetime.date.today()}.",
+        f"--episodes {args.episodes} --seed {args.seed} --trainings {' '.join(args.trainings)} "
+        f"--variants {' '.join(args.variants)}`, {datetime.date.today()}.",
         "",
         f"Machine: {machine()}.",
     ]
@@ -263,7 +262,8 @@ def write(rows: list[dict], args) -> None:
         lines += ["", args.note]
     lines += [
         "",
-        "PPO (shipped settings) trains in our MuJoCo env for the given wall-clock; its ONNX export is evaluated "
+        "Each policy (PPO or RARL, shipped settings; `--trainings` above) trains in our MuJoCo env for the given "
+        "wall-clock; its ONNX export is evaluated "
         f"deterministically over {args.episodes} episodes of 1000 steps in MuJoCo, then run by `ControlLoop` "
         "(simulated clock, rate 1/dt) against `PyBulletRobot` for as many episodes. *Kept* = PyBullet / MuJoCo "
         "mean return; the issue's goal is >= 0.70 on HalfCheetah. *PyBullet robot*: `default` is "

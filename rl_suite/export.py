@@ -159,6 +159,9 @@ def deterministic_policy(agent) -> nn.Module:
             "qmix cannot be exported: its agents are recurrent Q-networks whose greedy action needs the GRU hidden "
             "state and the last action carried between steps, which a stateless exported policy does not have"
         )
+    if name == "rarl":
+        agent = agent.protagonist  # the adversary exists only in training: deployment is the protagonist alone
+        name = "ppo"
     if name == "ppo":
         if agent.continuous:
             module = _MLPPolicy(agent.normalizer, agent.actor.net, agent.scaler)
@@ -178,7 +181,7 @@ def deterministic_policy(agent) -> nn.Module:
             )
         module = _MAPPOActor(agent)
     else:
-        raise ExportError(f"no export for algorithm {name!r}; exportable: ppo, sac, pql, fpo, policyflow, mappo")
+        raise ExportError(f"no export for algorithm {name!r}; exportable: ppo, sac, pql, fpo, policyflow, rarl, mappo")
     return copy.deepcopy(module).cpu().eval().requires_grad_(False)
 
 

@@ -96,6 +96,7 @@ ALGORITHMS: dict[str, str] = {
     "pql": "rl_suite.agents.pql:PQL",
     "fpo": "rl_suite.agents.fpo:FPO",
     "policyflow": "rl_suite.agents.policyflow:PolicyFlow",
+    "rarl": "rl_suite.agents.rarl:RARL",
     "mappo": "rl_suite.agents.mappo:MAPPO",
     "qmix": "rl_suite.agents.qmix:QMIX",
 }

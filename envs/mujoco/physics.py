@@ -4,6 +4,8 @@ A physics object holds ``num_envs`` simulations of one ``MjModel`` and exposes, 
 the simulator's own storage (no copies):
 
 - ``qpos``, ``qvel``, ``ctrl``: the state and controls; writes take effect at the next call.
+- ``xfrc_applied``: ``[N, nbody, 6]`` external forces and torques on the bodies (world frame, at the centres of
+  mass), part of the state: they act until changed, and a reset clears them.
 - ``derived[name]``: MjData fields computed by the simulator (``xpos``, ``cfrc_ext``, ...), read-only. They are
   what gymnasium reads from ``MjData`` after ``mj_step`` and ``mj_rnePostConstraint``: the values of the last
   evaluation inside the step (with RK4, its last stage), not of the new state. After ``forward`` they describe
@@ -123,6 +125,7 @@ class CPUPhysics:
         self.qpos = self._state_component(mujoco.mjtState.mjSTATE_QPOS)
         self.qvel = self._state_component(mujoco.mjtState.mjSTATE_QVEL)
         self.ctrl = self._state_component(mujoco.mjtState.mjSTATE_CTRL)
+        self.xfrc_applied = self._state_component(mujoco.mjtState.mjSTATE_XFRC_APPLIED).view(num_envs, model.nbody, 6)
         self._warmstart = self._state_component(mujoco.mjtState.mjSTATE_WARMSTART)
         template = mujoco.MjData(model)
         self.derived = {name: self._output(name, getattr(template, name).shape) for name in fields}

@@ -39,15 +39,24 @@ def make_mujoco_env(
     obs_noise_std=0.0,
     motor_strength: float = 0.0,
     per_motor: bool = False,
+    adversary_force: float = 0.0,
+    adversary_bodies: tuple[str, ...] | None = None,
+    adversary_axes: str | None = None,
     **kwargs,
 ):
     """A ``MujocoVecEnv`` (``kwargs`` are its own, mass and friction randomisation included), wrapped in a
-    ``RandomizedVecEnv`` when observation noise or motor strength is asked for."""
+    ``RandomizedVecEnv`` when observation noise or motor strength is asked for, and in an ``AdversarialVecEnv``
+    (``adversary.py``, for RARL) when ``adversary_force`` is positive."""
     from rl_suite.envs.mujoco.env import MujocoVecEnv
 
     env = MujocoVecEnv(num_envs=num_envs, device=device, seed=seed, **kwargs)
     if np.any(np.asarray(obs_noise_std) != 0) or motor_strength:
-        return RandomizedVecEnv(env, obs_noise_std, motor_strength, per_motor, seed=seed)
+        env = RandomizedVecEnv(env, obs_noise_std, motor_strength, per_motor, seed=seed)
+    if adversary_force:
+        from rl_suite.envs.mujoco.adversary import AdversarialVecEnv
+
+        bodies = None if adversary_bodies is None else tuple(adversary_bodies)
+        env = AdversarialVecEnv(env, adversary_force, bodies, adversary_axes)
     return env
 
 

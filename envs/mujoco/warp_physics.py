@@ -131,6 +131,7 @@ class WarpPhysics:
         self.state = torch.zeros(num_envs, nstate, dtype=self.dtype, device=self.device)
         slots = self._alias_state(model)
         self.qpos, self.qvel, self.ctrl = slots["qpos"], slots["qvel"], slots["ctrl"]
+        self.xfrc_applied = slots["xfrc_applied"].view(num_envs, model.nbody, 6)
         self._warmstart = slots["qacc_warmstart"]
         # eq_active is bool in mujoco_warp and cannot live in float rows: the row is the truth, copied into the
         # bool array before every call that reads it.
