@@ -77,6 +77,24 @@ def test_zero_action_stays_finite(pair):
     assert robot.episode_length == 20 or (task == "Ant" and robot.terminated)
 
 
+def test_ant_starts_inside_its_joint_ranges_and_stands():
+    """Ant's initial pose has its ankles outside their ranges; Bullet never pushes a joint back into range, so
+    without the clipped start it lay on its torso (0.25). It must stand on its legs, as MuJoCo's does (0.49)."""
+    heights = {}
+    for limits in (True, False):
+        robot = PyBulletRobot("Ant", seed=0, joint_limits=limits)
+        robot.reset(seed=0)
+        qpos, _ = robot.get_state()
+        hinges = qpos[7:]
+        inside = (hinges >= robot.model.jnt_range[1:, 0] - 1e-9) & (hinges <= robot.model.jnt_range[1:, 1] + 1e-9)
+        assert inside.all() == limits
+        for _ in range(200):
+            robot.apply_action(np.zeros(8))
+        heights[limits] = robot.get_state()[0][2]
+        robot.close()
+    assert heights[True] > 0.33 and heights[False] < 0.27, heights
+
+
 def test_reward_terms_follow_gymnasium(pair):
     task, robot, _ = pair
     robot.reset(seed=2)

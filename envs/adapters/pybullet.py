@@ -53,11 +53,16 @@ Known mismatches, not corrected:
   penetration, ``margin``: Ant's 0.01, friction cone pyramid); contacts remain the largest difference;
 - solver and integrator: MuJoCo's Newton solver with Euler (HalfCheetah; damping implicit) or RK4 (Ant) against
   Bullet's sequential impulse with semi-implicit Euler; damping and springs are explicit here;
-- joint limits: MuJoCo's are soft (``solreflimit``/``solimplimit``), Bullet's hard; ``frictionloss`` (zero in these
-  files) is not mapped; ``condim`` torsional/rolling friction are off in both;
-- Ant is not calibrated (rigid contacts by default) and not validated: its initial pose puts the ankles outside
-  their joint ranges, which MuJoCo's soft limits correct while the torso falls and Bullet's do not, so at rest it
-  lies on its torso (height 0.25) where MuJoCo's stands at 0.56;
+- joint limits (``joint_limits``, default on): loadMJCF reads the ranges but Bullet enforces a limit only on a joint
+  that is inside its range; a joint that starts outside stays outside. Ant's initial pose puts every ankle at 0,
+  outside its range (30 to 70 degrees): MuJoCo's soft limits push the ankles in while the ant falls, Bullet's never
+  do, and the ant lay on its torso (height 0.25 where MuJoCo's stands at 0.49). So the limits are set explicitly
+  (``changeDynamics``) and a reset clips the joints into their ranges: the ankles start at their bounds, where
+  MuJoCo's are pushed within the first steps. It then stands, lower than MuJoCo's (0.37 at rest: rigid contacts,
+  the ankles at their bounds where MuJoCo's settle at 44 degrees). (Explicit soft-limit torques in MuJoCo's style, ``I (-k r - b
+  qdot)`` from ``solreflimit``, were tried and made Ant blow up where a hip met Bullet's own limit.) Limits are hard
+  here and soft in MuJoCo (``solreflimit``/``solimplimit``); ``frictionloss``
+  (zero in these files) is not mapped; ``condim`` torsional/rolling friction are off in both;
 - Ant's ``contact_cost`` uses MuJoCo's ``cfrc_ext`` (a com-based 6-D wrench per body, clipped to [-1, 1]); here it
   is approximated by the summed contact force (3-D, no torque) on each body, clipped the same way;
 - reset: MuJoCo keeps the noised, unnormalised quaternion in ``qpos`` until it integrates; PyBullet normalises it.
@@ -154,6 +159,8 @@ class PyBulletRobot:
             off keeps loadMJCF's own (centre of mass at the link origin), scaled to MuJoCo's masses.
         contact: ``"calibrated"`` (the task's entry in ``CALIBRATED_CONTACT``), ``None`` (Bullet's rigid contact) or
             ``(stiffness, damping)`` for every link of the robot.
+        joint_limits: enforce the joints' ranges, and start every episode inside them (default on; see the module
+            docstring).
         task_kwargs: gymnasium's keyword arguments of the task's reward and reset (``ctrl_cost_weight``,
             ``reset_noise_scale``, ``healthy_z_range``, ...). A name the task does not have is refused.
     """
@@ -167,6 +174,7 @@ class PyBulletRobot:
         armature: bool = True,
         exact_inertia: bool = True,
         contact: str | tuple[float, float] | None = "calibrated",
+        joint_limits: bool = True,
         **task_kwargs,
     ):
         if task not in TASKS:
@@ -227,6 +235,12 @@ class PyBulletRobot:
         self.damping = model.dof_damping[dofs].copy()
         self.stiffness = model.jnt_stiffness[first:].copy()
         self.q_spring = model.qpos_spring[7 if self.free_root else 0 :].copy()
+        self.joint_limits = bool(joint_limits)
+        if joint_limits:
+            self._set_joint_limits(first)
+            limited = model.jnt_limited[first:].astype(bool)
+            self._q_low = np.where(limited, model.jnt_range[first:, 0], -np.inf)
+            self._q_high = np.where(limited, model.jnt_range[first:, 1], np.inf)
         # actuators to joints by name
         joint_of = [_name(model, mujoco.mjtObj.mjOBJ_JOINT, model.actuator_trnid[a, 0]) for a in range(model.nu)]
         self.actuated = [names.index(n) for n in joint_of]  # actuator a drives self.joints[actuated[a]]
@@ -258,6 +272,14 @@ class PyBulletRobot:
         self.reset(seed)
 
     # -- model fixes ----------------------------------------------------------------------------------------
+
+    def _set_joint_limits(self, first: int) -> None:
+        """Bullet's own hard limits at the MJCF ranges, for the limited hinges; unlimited ones stay free."""
+        model, c = self.model, self.client
+        for j, index in zip(self.joints, range(first, model.njnt), strict=True):
+            if model.jnt_limited[index]:
+                low, high = (float(x) for x in model.jnt_range[index])
+                pybullet.changeDynamics(self.body, j, jointLowerLimit=low, jointUpperLimit=high, physicsClientId=c)
 
     def _set_inertias(self) -> None:
         """Give each PyBullet link its MuJoCo body's mass and principal inertia (bodies and massive links pair up in
@@ -365,12 +387,16 @@ class PyBulletRobot:
     # -- the Robot interface --------------------------------------------------------------------------------
 
     def reset(self, seed: int | None = None) -> np.ndarray:
-        """A new episode from gymnasium's noised initial state; returns the first observation."""
+        """A new episode from gymnasium's noised initial state (its joints clipped into their ranges when
+        ``joint_limits`` is on); returns the first observation."""
         if seed is not None:
             self._rng = np.random.default_rng(seed)
         scale = self.settings["reset_noise_scale"]
         qpos = self.qpos0 + self._rng.uniform(-scale, scale, self.model.nq)
         qvel = self.qvel0 + scale * self._rng.standard_normal(self.model.nv)
+        if self.joint_limits:
+            hinges = slice(7 if self.free_root else 0, None)
+            qpos[hinges] = np.clip(qpos[hinges], self._q_low, self._q_high)
         self.set_state(qpos, qvel)
         self.episode_return, self.episode_length, self.terminated = 0.0, 0, False
         self._last_terms = {}
