@@ -91,6 +91,7 @@ class FPOConfig:
 class FPO(Agent):
     name = "fpo"
     Config = FPOConfig
+    supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config: FPOConfig | None = None, device="cpu", **overrides):

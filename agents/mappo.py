@@ -83,6 +83,7 @@ class MAPPOConfig:
 class MAPPO(Agent):
     name = "mappo"
     Config = MAPPOConfig
+    supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     multiagent = True
     action_space_types = (gym.spaces.MultiDiscrete, gym.spaces.Box)
 

@@ -38,6 +38,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_suite import distributed
 from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.networks import ActionScaler, FlowPolicy, RunningNorm, mlp
@@ -105,6 +106,7 @@ class PolicyFlowConfig:
 class PolicyFlow(Agent):
     name = "policyflow"
     Config = PolicyFlowConfig
+    supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
@@ -200,7 +202,7 @@ class PolicyFlow(Agent):
             return None
         gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
         if self.config.target_kl is not None:
-            self.lr = adapt_lr(self.lr, float(losses["approx_kl"]), self.config.target_kl)
+            self.lr = adapt_lr(self.lr, distributed.mean(losses["approx_kl"]), self.config.target_kl)
         return {key: value.detach() for key, value in losses.items()}
 
     def displacement(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:

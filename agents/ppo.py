@@ -21,6 +21,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_suite import distributed
 from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
@@ -86,6 +87,7 @@ class PPOConfig:
 class PPO(Agent):
     name = "ppo"
     Config = PPOConfig
+    supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
 
     def __init__(self, observation_space, action_space, config: PPOConfig | None = None, device="cpu", **overrides):
         super().__init__(observation_space, action_space, config, device, **overrides)
@@ -153,9 +155,10 @@ class PPO(Agent):
             self.lr = c.lr * max(1.0 - progress, 0.0)
         clip = c.clip_range * (max(1.0 - progress, 0.0) if c.clip_schedule == "linear" else 1.0)
 
-        # 3. Epochs of minibatch gradient steps on the clipped surrogate, stopped early past the target KL.
+        # 3. Epochs of minibatch gradient steps on the clipped surrogate, stopped early past the target KL (averaged
+        #    over the ranks under torchrun, so that all stop together).
         def kl_too_high(totals, steps) -> bool:
-            return c.target_kl is not None and float(totals["approx_kl"] / steps) > 1.5 * c.target_kl
+            return c.target_kl is not None and distributed.mean(totals["approx_kl"] / steps) > 1.5 * c.target_kl
 
         metrics = train_epochs(
             samples, c.epochs, c.minibatches, self.device, lambda mb: self._step(mb, clip), stop=kl_too_high
@@ -178,7 +181,7 @@ class PPO(Agent):
             return None
         gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
         if self.config.adaptive_kl is not None:
-            self.lr = adapt_lr(self.lr, float(losses["approx_kl"]), self.config.adaptive_kl)
+            self.lr = adapt_lr(self.lr, distributed.mean(losses["approx_kl"]), self.config.adaptive_kl)
         return {key: value.detach() for key, value in losses.items()}
 
     def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:

@@ -21,6 +21,7 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_suite import distributed
 from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
@@ -63,6 +64,7 @@ class SACConfig:
 class SAC(Agent):
     name = "sac"
     Config = SACConfig
+    supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config: SACConfig | None = None, device="cpu", **overrides):
@@ -91,6 +93,7 @@ class SAC(Agent):
             parameters.append(self.temperature.log_alpha)
         else:
             self.temperature.requires_grad_(False)
+        self.learned = parameters
         self.optimizer = torch.optim.Adam(parameters, lr=c.lr, fused=True)
         self.optimizers = {"optimizer": self.optimizer}
         self.target_entropy = -float(act_dim) if c.target_entropy is None else c.target_entropy
@@ -156,12 +159,13 @@ class SAC(Agent):
         actor_loss = (alpha * log_prob - self.critic(obs, new_action, frozen=True).min(0).values).mean()
         alpha_loss = -(self.temperature.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
-        if not torch.isfinite(critic_loss + actor_loss + alpha_loss):
+        if not distributed.all_true(torch.isfinite(critic_loss + actor_loss + alpha_loss)):  # all ranks agree
             self.skipped_updates += 1
             warnings.warn("SAC: non-finite loss; this update is skipped", stacklevel=3)
             return {}
         self.optimizer.zero_grad(set_to_none=True)
         (critic_loss + actor_loss + (alpha_loss if c.autotune_alpha else 0.0)).backward()
+        distributed.average_gradients(self.learned)  # under torchrun; a no-op in a single process
         self.optimizer.step()
         with torch.no_grad():
             torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), c.tau)

@@ -61,10 +61,11 @@ def tuned_settings(algo, env_id: str) -> dict:
 
 
 def _cmd_train(args) -> int:
-    from rl_suite.checkpoint import seed_everything
-    from rl_suite.config import ConfigError, parse_assignments, split_overrides, to_plain
-    from rl_suite.registry import load_algorithm, make
-    from rl_suite.runner import RunConfig, Runner
+    """Train; under torchrun every rank runs this, and rank 0 alone prints (see rl_suite/distributed.py)."""
+    from rl_suite import distributed
+    from rl_suite.config import ConfigError, parse_assignments, split_overrides
+    from rl_suite.registry import load_algorithm
+    from rl_suite.runner import RunConfig
 
     algo = load_algorithm(args.algo)
     flags = {
@@ -75,6 +76,7 @@ def _cmd_train(args) -> int:
         "time_budget_s": args.time_budget,
         "stop_at_return": args.stop_at_return,
         "stop_at_win_rate": args.stop_at_win_rate,
+        "compile": args.compile,
     }
     flags = {key: value for key, value in flags.items() if value is not None}
     overrides = {**flags, **parse_assignments(args.set)}
@@ -101,18 +103,39 @@ def _cmd_train(args) -> int:
         )
         run_values.update(algo=algo.name, env_id=args.env_id)
     config = RunConfig(**run_values)
-    seed_everything(config.seed)
-    env = make(config.env_id, num_envs=config.num_envs, device=config.device, seed=config.seed, **config.env_kwargs)
+    # Under torchrun: join the process group, train on cuda:LOCAL_RANK, and seed each rank differently.
+    device = distributed.init(config.device, config.distributed_timeout_s)
     try:
-        agent = algo.for_env(env, algo.Config(**agent_values), device=config.device)
+        return _train(algo, config, agent_values, device, run_dir, bool(args.resume))
+    finally:
+        distributed.shutdown()
+
+
+def _train(algo, config, agent_values: dict, device, run_dir, resume: bool) -> int:
+    from rl_suite import distributed
+    from rl_suite.checkpoint import seed_everything
+    from rl_suite.config import to_plain
+    from rl_suite.registry import make
+    from rl_suite.runner import Runner
+
+    seed = distributed.rank_seed(config.seed)
+    seed_everything(seed)
+    env = make(config.env_id, num_envs=config.num_envs, device=device, seed=seed, **config.env_kwargs)
+    try:
+        agent = algo.for_env(env, algo.Config(**agent_values), device=device)
     except ValueError as error:
         raise ValueError(f"{algo.name} cannot train on {config.env_id}: {error}") from None
-    runner = Runner(agent, env, config, run_dir=run_dir, resume=bool(args.resume))
+    runner = Runner(agent, env, config, run_dir=run_dir, resume=resume)
+    if not distributed.is_main():  # ranks other than 0 train without printing
+        runner.run()
+        return 0
+    world = distributed.world_size()
     print(
-        f"training {algo.name} on {config.env_id} with {config.num_envs} envs on {config.device}; "
-        f"run directory {runner.run_dir}"
+        f"training {algo.name} on {config.env_id} with {config.num_envs} envs on {config.device}"
+        + (f" on each of {world} ranks" if world > 1 else "")
+        + f"; run directory {runner.run_dir}"
     )
-    if not args.resume:
+    if not resume:
         print(yaml.safe_dump({"agent": to_plain(agent.config)}, sort_keys=False, default_flow_style=None).rstrip())
     summary = runner.run()
     final = summary["final_eval"]
@@ -233,6 +256,9 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--time-budget", type=float, help="wall-clock budget in seconds")
     train.add_argument("--stop-at-return", type=float, help="stop once an evaluation's mean return reaches this")
     train.add_argument("--stop-at-win-rate", type=float, help="stop once an evaluation's win rate reaches this")
+    train.add_argument(
+        "--compile", choices=["none", "compile", "cuda_graph"], help="compile the hot loop (rl_suite/compiled.py)"
+    )
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
     train.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="any setting, e.g. lr=3e-4")

@@ -42,3 +42,24 @@ class RunLogger:
     def close(self) -> None:
         self.writer.close()
         self.bar.close()
+
+
+class NullLogger:
+    """What ranks other than 0 log under torchrun: nothing (rank 0 alone writes TensorBoard and shows progress)."""
+
+    writer = None
+
+    def scalars(self, step: int, values: dict[str, float]) -> None:
+        pass
+
+    def advance(self, env_steps: int) -> None:
+        pass
+
+    def progress(self, env_steps: int, **postfix) -> None:
+        pass
+
+    def message(self, text: str) -> None:
+        pass
+
+    def close(self) -> None:
+        pass

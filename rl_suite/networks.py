@@ -14,6 +14,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from rl_suite import distributed
+
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
 
@@ -78,7 +80,9 @@ class RunningNorm(nn.Module):
     """Observation normalisation with running statistics: ``clip((x - mean) / sqrt(var + eps))``.
 
     The statistics are buffers, so they are saved with the policy and travel into exported graphs. They are
-    merged batch by batch with the parallel formula of Chan et al., in float64.
+    merged batch by batch with the parallel formula of Chan et al., in float64. Under torchrun each ``update``
+    merges every rank's batch (see ``rl_suite.distributed.merge_moments``), so all ranks hold the statistics of the
+    concatenated data.
     """
 
     def __init__(self, shape: tuple[int, ...], clip: float = 10.0, eps: float = 1e-8):
@@ -98,6 +102,8 @@ class RunningNorm(nn.Module):
         batch = x.reshape(-1, *self.mean.shape).to(torch.float64)
         count = batch.shape[0]
         mean, var = batch.mean(0), batch.var(0, unbiased=False)
+        if distributed.world_size() > 1:
+            count, mean, var = distributed.merge_moments(count, mean, var)
         total = self.count + count
         delta = mean - self.mean
         self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / total) / total)
@@ -194,9 +200,10 @@ class Categorical:
         self.logits = logits - logits.logsumexp(-1, keepdim=True)
 
     def sample(self) -> torch.Tensor:
-        return torch.multinomial(self.logits.exp().reshape(-1, self.logits.shape[-1]), 1).reshape(
-            self.logits.shape[:-1]
-        )
+        # torch.multinomial's own draw for one sample, argmax(p / q) with q ~ Exp(1), without its input checks, which
+        # read values on the host: no sync, capturable in CUDA graphs, and the same samples from the same RNG state.
+        probs = self.logits.exp()
+        return (probs / torch.empty_like(probs).exponential_()).argmax(-1)
 
     def mode(self) -> torch.Tensor:
         return self.logits.argmax(-1)

@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 import torch
 from torch import nn
 
+from rl_suite import distributed
 from rl_suite.buffers import gae
 
 
@@ -96,6 +97,7 @@ def gradient_step(optimizer, loss: torch.Tensor, parameters, max_grad_norm: floa
             group["lr"] = lr
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
+    distributed.average_gradients(parameters)  # under torchrun; a no-op in a single process
     if max_grad_norm > 0:
         nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
     optimizer.step()
@@ -128,8 +130,9 @@ def train_epochs(
 
 
 def finite_or_warn(loss: torch.Tensor, agent: str) -> bool:
-    """Whether ``loss`` is finite (a host sync); if not, warn that the minibatch's update is skipped."""
-    if torch.isfinite(loss):
+    """Whether ``loss`` is finite (a host sync); if not, warn that the minibatch's update is skipped. Under torchrun
+    the answer is agreed by all ranks (finite everywhere), so that they skip or step together."""
+    if distributed.all_true(torch.isfinite(loss)):
         return True
     warnings.warn(f"{agent}: non-finite loss; this minibatch's update is skipped", stacklevel=3)
     return False

@@ -8,6 +8,11 @@ leaves behind its run directory:
     videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
     summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve), and threshold
+
+Under ``torchrun`` every rank runs this loop on its own envs with an identical copy of the agent (see
+rl_suite/distributed.py). Rank 0 alone logs, evaluates and writes the run directory; env-step counts are global (all
+ranks' steps); rank 0's stop decision (time budget, evaluation threshold) is broadcast every iteration; and rank 0's
+checkpoints hold every rank's env, collector, buffer and random state.
 """
 
 from __future__ import annotations
@@ -24,6 +29,7 @@ from typing import Any
 import torch
 import yaml
 
+from rl_suite import distributed
 from rl_suite.checkpoint import (
     atomic_save,
     checkpoint_path,
@@ -32,7 +38,7 @@ from rl_suite.checkpoint import (
     rng_state,
     set_rng_state,
 )
-from rl_suite.collector import Collector
+from rl_suite.compiled import make_collector
 from rl_suite.config import to_plain
 from rl_suite.env import VecEnv
 from rl_suite.multiagent import MultiAgentCollector, evaluate_multiagent, is_multiagent
@@ -47,13 +53,15 @@ class RunConfig:
     env_id: str = "CartPole-v1"
     """Environment id, as registered (``rl-suite envs``), or ``gym:<id>``."""
     num_envs: int = 16
-    """Environments stepped in parallel for training."""
+    """Environments stepped in parallel for training, per rank under torchrun (the run steps ``world_size`` times as
+    many)."""
     seed: int = 0
     """Seeds torch, the training envs' random streams and the evaluation envs' (with an offset)."""
     device: str = "cpu"
     """Where the envs, the buffers and the networks live."""
     total_steps: int = 100_000
-    """Step budget: env steps summed over all environments."""
+    """Step budget: env steps summed over all environments (of all ranks, under torchrun). Every step count of a run
+    (logging, evaluation and checkpoint intervals, env steps per second) counts all ranks' steps."""
     time_budget_s: float | None = None
     """Wall-clock budget in seconds, evaluation included; ``None`` for none."""
     stop_at_return: float | None = None
@@ -79,6 +87,13 @@ class RunConfig:
     """Show a progress bar on the terminal."""
     env_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
+    compile: str = "none"
+    """The hot loop (act + env step + buffer write): ``none`` (eager), ``compile`` (``torch.compile`` of the env step
+    and ``agent.act``; on the CPU bitwise equal to eager) or ``cuda_graph`` (each rollout captured as one CUDA graph;
+    CUDA, on-policy agents whose ``act`` does not sync with the host). See rl_suite/compiled.py."""
+    distributed_timeout_s: float = 1800.0
+    """Under torchrun: how long a collective waits for a rank that stopped answering before the run fails (a rank
+    that dies ends the run sooner: torchrun stops the other workers)."""
 
 
 def default_run_dir(config: RunConfig) -> pathlib.Path:
@@ -130,11 +145,21 @@ class Runner:
         from rl_suite.registry import make
 
         self.agent, self.env, self.config = agent, env, config
+        distributed.init(env.device, config.distributed_timeout_s)  # joins torchrun's process group, else a no-op
+        if distributed.world_size() > 1 and not getattr(agent, "supports_distributed", False):
+            raise ValueError(
+                f"{agent.name} does not train under torchrun (world size {distributed.world_size()}); "
+                "run it in a single process"
+            )
         if config.stop_at_win_rate is not None and not getattr(env, "has_winner", False):
             raise ValueError(f"stop_at_win_rate needs a task with winners (a skirmish); {env} has none")
-        self.run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        if eval_env is None and config.eval_episodes > 0:
+        run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
+        self.run_dir = pathlib.Path(distributed.broadcast_object(str(run_dir)))  # rank 0's name (a time stamp)
+        if distributed.is_main():
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+        else:
+            eval_env = None  # rank 0 alone evaluates
+        if eval_env is None and config.eval_episodes > 0 and distributed.is_main():
             eval_env = make(
                 config.env_id,
                 num_envs=config.eval_episodes,
@@ -146,7 +171,12 @@ class Runner:
         # Multi-agent learners that store whole episodes (QMIX) size them by the env's time limit.
         limit = {"max_episode_steps": env.max_episode_steps} if is_multiagent(env) else {}
         self.buffer = agent.make_buffer(env.num_envs, **limit)
-        self.collector = (MultiAgentCollector if is_multiagent(env) else Collector)(env, agent, self.buffer)
+        if is_multiagent(env):
+            if config.compile != "none":
+                raise ValueError(f"compile={config.compile!r} supports single-agent envs only; use compile='none'")
+            self.collector = MultiAgentCollector(env, agent, self.buffer)
+        else:
+            self.collector = make_collector(env, agent, self.buffer, config.compile)
         # Counters a checkpoint restores.
         self.env_steps = self.iterations = 0
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
@@ -159,20 +189,22 @@ class Runner:
         self.threshold: dict[str, Any] | None = None
         if resume:
             self._restore()
-        else:
+        elif distributed.is_main():
             self._write_config()
+        distributed.broadcast_modules(agent.modules.values())  # every rank starts from rank 0's agent
 
     # -- the loop ---------------------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        from rl_suite.logger import RunLogger
+        from rl_suite.logger import NullLogger, RunLogger
 
-        config, steps_per_iteration = self.config, self.agent.steps_per_iteration * self.env.num_envs
-        logger = RunLogger(self.run_dir, config.total_steps, self.env_steps, config.progress)
+        config, main = self.config, distributed.is_main()
+        steps_per_iteration = self.agent.steps_per_iteration * self.env.num_envs * distributed.world_size()
+        logger = RunLogger(self.run_dir, config.total_steps, self.env_steps, config.progress) if main else NullLogger()
         started = time.perf_counter() - self.wall_time_before
         window = (time.perf_counter(), self.env_steps, self.iterations)
         metrics: dict[str, torch.Tensor] = {}
-        stop = self._should_stop(started)
+        stop = distributed.broadcast_flag(self._should_stop(started))
         try:
             while not stop:
                 self.collector.collect(self.agent.steps_per_iteration)
@@ -181,28 +213,31 @@ class Runner:
                 self.iterations += 1
                 logger.advance(self.env_steps)
                 stop = self._should_stop(started)
-                if self.env_steps >= self.next_log or stop:
+                if main and (self.env_steps >= self.next_log or stop):
                     self.next_log = _next(self.env_steps, config.log_every_steps)
                     window = self._log(logger, metrics, window)
                 if self.eval_env is not None and (self.env_steps >= self.next_eval or stop):
                     self.next_eval = _next(self.env_steps, config.eval_every_steps)
                     self._evaluate(logger, time.perf_counter() - started)
                     stop = stop or self.threshold is not None and self.threshold["reached"]
-                if self.env_steps >= self.next_video or stop and config.video_every_steps > 0:
+                if main and (self.env_steps >= self.next_video or stop and config.video_every_steps > 0):
                     self.next_video = _next(self.env_steps, config.video_every_steps)
                     self._record_video(logger)
+                stop = distributed.broadcast_flag(stop)  # rank 0 decides: time budget, evaluation threshold
                 if self.env_steps >= self.next_checkpoint or stop:
                     self.next_checkpoint = _next(self.env_steps, config.checkpoint_every_steps)
                     self._checkpoint(time.perf_counter() - started)
         except KeyboardInterrupt:
-            logger.message("interrupted: writing a checkpoint")
-            self._checkpoint(time.perf_counter() - started)
+            if distributed.world_size() == 1:  # ranks interrupted at different points cannot gather a checkpoint
+                logger.message("interrupted: writing a checkpoint")
+                self._checkpoint(time.perf_counter() - started)
             raise
         finally:
             self.agent.close()
             logger.close()
         summary = self._summary(time.perf_counter() - started)
-        (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if main:
+            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
         return summary
 
     def _should_stop(self, started: float) -> bool:
@@ -306,23 +341,45 @@ class Runner:
 
     def _write_config(self) -> None:
         data = {"run": to_plain(self.config), "agent": to_plain(self.agent.config)}
+        if distributed.world_size() > 1:
+            data["distributed"] = {"world_size": distributed.world_size()}
         (self.run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
 
-    def _checkpoint(self, wall_time: float) -> None:
+    def _local_state(self) -> dict[str, Any]:
+        """What differs between ranks: the env, the collector, the buffer, the random streams and the agent's
+        per-env counters (PPO's running discounted returns)."""
         try:
             env_state = self.env.state_dict()
         except NotImplementedError:
             env_state = None  # an adapter: a resumed run restarts its episodes
         with self.agent.paused():
-            agent_state = self.agent.state_dict()
             buffer_state = self.buffer.state_dict() if self.config.checkpoint_buffer else None
+            counters = self.agent.counters() if distributed.world_size() > 1 else None
+        return {
+            "env": env_state,
+            "collector": self.collector.state_dict() if env_state is not None else None,
+            "buffer": buffer_state,
+            "rng": rng_state(),
+            "agent_counters": counters,
+        }
+
+    def _checkpoint(self, wall_time: float) -> None:
+        """Rank 0 writes the checkpoint, with every rank's local state gathered into it (a collective)."""
+        ranks = distributed.gather_to_main(self._local_state())
+        if not distributed.is_main():
+            return
+        with self.agent.paused():
+            agent_state = self.agent.state_dict()
+        own = ranks[0]
         state = {
             **self.agent.describe(),
             "env_id": self.config.env_id,
             "agent": agent_state,
-            "env": env_state,
-            "collector": self.collector.state_dict() if env_state is not None else None,
-            "buffer": buffer_state,
+            "env": own["env"],
+            "collector": own["collector"],
+            "buffer": own["buffer"],
+            "world_size": distributed.world_size(),
+            "ranks": ranks[1:],  # the local state of ranks 1, 2, ...
             "runner": {
                 "env_steps": self.env_steps,
                 "iterations": self.iterations,
@@ -335,7 +392,7 @@ class Runner:
                 "evaluations": self.evaluations,
                 "threshold": self.threshold,
             },
-            "rng": rng_state(),
+            "rng": own["rng"],
         }
         atomic_save(state, checkpoint_path(self.run_dir, self.env_steps))
         prune(self.run_dir, self.config.keep_checkpoints)
@@ -350,13 +407,19 @@ class Runner:
                 f"{self.agent.name} on {self.config.env_id}"
             )
         self.agent.load_state_dict(state["agent"])
-        if state["env"] is not None:
-            self.env.load_state_dict(state["env"])
-            self.collector.load_state_dict(state["collector"])
-        else:
-            warnings.warn("the checkpoint holds no environment state (an adapter): episodes restart", stacklevel=2)
-        if state["buffer"] is not None:
-            self.buffer.load_state_dict(state["buffer"])
+        saved_world, world = state.get("world_size", 1), distributed.world_size()
+        if saved_world == world:  # each rank continues exactly where it stopped
+            local = state if distributed.rank() == 0 else state["ranks"][distributed.rank() - 1]
+            if local.get("agent_counters") is not None:
+                self.agent.load_counters(local["agent_counters"])
+            self._restore_local(local)
+        elif distributed.is_main():
+            warnings.warn(
+                f"{path} was written by a run of {saved_world} rank(s) and this one has {world}: the agent (weights, "
+                "optimisers, normalisers) and the counters resume exactly, but the environments restart their "
+                "episodes and the buffers and random streams start afresh",
+                stacklevel=2,
+            )
         runner = state["runner"]
         self.env_steps, self.iterations = runner["env_steps"], runner["iterations"]
         self.wall_time_before = runner["wall_time_s"]
@@ -365,7 +428,16 @@ class Runner:
         self.next_video = runner.get("next_video", self.next_video)
         self.last_eval, self.threshold = runner["last_eval"], runner["threshold"]
         self.evaluations = runner.get("evaluations", [])
-        set_rng_state(state["rng"])
+
+    def _restore_local(self, local: dict[str, Any]) -> None:
+        if local["env"] is not None:
+            self.env.load_state_dict(local["env"])
+            self.collector.load_state_dict(local["collector"])
+        else:
+            warnings.warn("the checkpoint holds no environment state (an adapter): episodes restart", stacklevel=3)
+        if local["buffer"] is not None:
+            self.buffer.load_state_dict(local["buffer"])
+        set_rng_state(local["rng"])
 
 
 def _next(steps: int, every: int) -> int:

@@ -37,13 +37,13 @@ def test_randomised_envs_step_as_mujoco_with_the_same_parameters(task):
     models = [reference_model(env, i) for i in range(env.num_envs)]
     datas = [mujoco.MjData(m) for m in models]
     qpos, qvel = env.get_state()
-    for i, (m, d) in enumerate(zip(models, datas)):
+    for i, (m, d) in enumerate(zip(models, datas, strict=True)):
         d.qpos[:], d.qvel[:] = qpos[i].numpy(), qvel[i].numpy()
         mujoco.mj_forward(m, d)
     for _ in range(30):  # long enough for Ant's legs to touch the floor
         actions = 2 * torch.rand(env.num_envs, env.action_space.shape[0], generator=g) - 1
         env.step(actions)
-        for i, (m, d) in enumerate(zip(models, datas)):
+        for i, (m, d) in enumerate(zip(models, datas, strict=True)):
             d.ctrl[:] = actions[i].double().numpy()
             mujoco.mj_step(m, d, env.frame_skip)
         qpos, qvel = env.get_state()

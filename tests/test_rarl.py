@@ -91,7 +91,7 @@ def test_the_rollout_is_zero_sum_and_acting_deterministically_is_the_protagonist
     before = [p.clone() for p in agent.adversary.parameters]
     metrics = agent.update(buffer)
     assert "policy_loss" in metrics and "adversary_policy_loss" in metrics
-    assert any(not torch.equal(a, b) for a, b in zip(before, agent.adversary.parameters))
+    assert any(not torch.equal(a, b) for a, b in zip(before, agent.adversary.parameters, strict=True))
 
 
 def test_a_resumed_rarl_run_ends_bitwise_equal_to_the_straight_run(tmp_path):
@@ -121,8 +121,8 @@ def test_a_resumed_rarl_run_ends_bitwise_equal_to_the_straight_run(tmp_path):
 
 
 def test_export_is_the_protagonists_policy(tmp_path):
-    from rl_suite.export import export_policy
     from rl_suite.deploy import load_policy
+    from rl_suite.export import export_policy
 
     env = make(num_envs=2)
     agent = RARL.for_env(env, **TINY)

@@ -59,10 +59,10 @@ Known mismatches, not corrected:
   do, and the ant lay on its torso (height 0.25 where MuJoCo's stands at 0.49). So the limits are set explicitly
   (``changeDynamics``) and a reset clips the joints into their ranges: the ankles start at their bounds, where
   MuJoCo's are pushed within the first steps. It then stands, lower than MuJoCo's (0.37 at rest: rigid contacts,
-  the ankles at their bounds where MuJoCo's settle at 44 degrees). (Explicit soft-limit torques in MuJoCo's style, ``I (-k r - b
-  qdot)`` from ``solreflimit``, were tried and made Ant blow up where a hip met Bullet's own limit.) Limits are hard
-  here and soft in MuJoCo (``solreflimit``/``solimplimit``); ``frictionloss``
-  (zero in these files) is not mapped; ``condim`` torsional/rolling friction are off in both;
+  the ankles at their bounds where MuJoCo's settle at 44 degrees). (Explicit soft-limit torques in MuJoCo's style,
+  ``I (-k r - b qdot)`` from ``solreflimit``, were tried and made Ant blow up where a hip met Bullet's own limit.)
+  Limits are hard here and soft in MuJoCo (``solreflimit``/``solimplimit``); ``frictionloss`` (zero in these files)
+  is not mapped; ``condim`` torsional/rolling friction are off in both;
 - Ant's ``contact_cost`` uses MuJoCo's ``cfrc_ext`` (a com-based 6-D wrench per body, clipped to [-1, 1]); here it
   is approximated by the summed contact force (3-D, no torque) on each body, clipped the same way;
 - reset: MuJoCo keeps the noised, unnormalised quaternion in ``qpos`` until it integrates; PyBullet normalises it.

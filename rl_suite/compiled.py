@@ -1,0 +1,325 @@
+"""Opt-in compilation of the hot loop: the policy's ``act``, the env's ``step`` and the buffer write.
+
+Three modes, picked by ``make_collector(env, agent, buffer, mode)``:
+
+- ``"none"``: the plain ``Collector``.
+- ``"compile"``: ``torch.compile`` (inductor) of two pieces, each as one whole graph:
+    - the env step after its action checks: physics, time limits, episode statistics and, with masked resets (the
+      default on CUDA), the auto-reset (``VecEnv._step_until_resets``, ``_reset_ended``), with no host sync and no
+      data-dependent shapes. On the CPU the few environments that ended are reset eagerly, by index. The checks
+      stay eager: they are cheap, and on the CPU they read values, which would break the graph.
+    - ``agent.act``.
+  A piece that cannot be compiled as one graph (a graph break, an env that overrides ``step``, such as the
+  adapters) runs eagerly, with a warning that says why: a graph broken into pieces is often slower than eager.
+  On the CPU, compiled trajectories equal eager ones bitwise (see ``use_eager_cpu_numerics``).
+- ``"cuda_graph"``: the whole collect (``steps`` times act + env step + buffer write + episode statistics) is
+  captured once as one CUDA graph and replayed; CUDA devices only.
+"""
+
+from __future__ import annotations
+
+import functools
+import warnings
+from collections.abc import Callable
+
+import torch
+
+from rl_suite.collector import Collector
+from rl_suite.env import VecEnv
+
+MODES = ("none", "compile", "cuda_graph")
+
+# Inductor settings for the compiled pieces. fallback_random: random ops call the eager kernels, so compiled
+# sampling draws the same numbers from the same generator state as eager. fx_graph_cache off: the on-disk cache
+# key does not know about the lowerings that use_eager_cpu_numerics replaces, so it could hand back kernels
+# compiled without them (and with inductor's own rounding).
+INDUCTOR_OPTIONS = {"fallback_random": True, "fx_graph_cache": False}
+
+
+# -- eager numerics on the CPU ------------------------------------------------------------------------------------
+
+
+@functools.cache
+def use_eager_cpu_numerics() -> None:
+    """Make inductor's CPU code round exactly as eager CPU kernels do, so that compiled and eager trajectories are
+    bitwise equal. Installed once per process, for every later compilation in it: it replaces some of inductor's
+    lowerings for CPU tensors (CUDA graphs keep inductor's own) and turns off one dynamo rewrite (below).
+
+    What differs otherwise (torch 2.13, x86 AVX2, measured on 1000 float32 normals; 1 ulp is 6e-8 near 1):
+    - transcendental functions (sin, cos, exp, log, log1p, tanh, ...): eager calls MKL's vector math library,
+      inductor its own vectorised versions: up to 1-2 ulp apart (exp: 3.8e-6 absolute on values near 30, 8% of
+      elements; cos 31%; sin 11%). These now call the eager kernels from the compiled code (they no longer fuse
+      with their neighbours);
+    - ``add``/``sub`` with ``alpha``: eager computes ``fma(b, alpha, a)``, inductor ``a + alpha * b`` (1 ulp, 2%);
+    - ``addcmul``: eager computes ``fma(value * t1, t2, self)``, inductor ``self + value * t1 * t2`` (up to 2 ulp,
+      6-25%); and dynamo rewrites the in-place ``addcmul_`` as ``fma(t1 * t2, value, self)`` (eager CUDA's order),
+      which this turns off (``torch._dynamo.config.enable_dynamo_decompositions``) so that the addcmul reaches the
+      lowering installed here. On CUDA, inductor's own addcmul lowering computes the same fma.
+    - ``remainder`` (and ``fmod``): eager computes ``fmod`` and corrects the sign, inductor ``a - b * floor(a / b)``:
+      half of the values in [-50, 50] differ by an ulp of the dividend (Pendulum's angle normalisation).
+      These call the eager kernels too.
+    Division by a constant, lerp, the integer hashing of the random streams, the MLPs' matmuls (extern calls to the
+    same BLAS) and short reductions (a categorical policy's logsumexp) agree already; long reductions may be summed
+    in another order, so a graph with them may still differ (tests/test_compiled.py says where equality holds).
+    Random ops call the eager kernels (``fallback_random``), so they draw the same numbers.
+    """
+    import sympy
+    from torch._inductor import ir
+    from torch._inductor import lowering as L  # noqa: N812
+    from torch._inductor.virtualized import ops
+
+    aten = torch.ops.aten
+    torch._dynamo.config.enable_dynamo_decompositions = False
+
+    def on_cpu(*args) -> bool:
+        nodes = [a for a in args if isinstance(a, ir.IRNode)]
+        return bool(nodes) and all((d := n.get_device()) is not None and d.type == "cpu" for n in nodes)
+
+    def floating(node) -> bool:
+        return node.get_dtype().is_floating_point
+
+    transcendental = (aten.sin, aten.cos, aten.tan, aten.exp, aten.expm1, aten.log, aten.log1p, aten.log2)
+    transcendental += (aten.tanh, aten.sigmoid, aten.atan, aten.atan2, aten.asin, aten.acos, aten.pow, aten.erf)
+    for packet in (*transcendental, aten.remainder, aten.fmod):
+        for name in packet.overloads():
+            op = getattr(packet, name)
+            original = L.lowerings.get(op)
+            if original is None or name.endswith("out") or name.endswith("_"):
+                continue
+            eager = L.fallback_handler(op, add_to_fallback_set=False)
+
+            def lowering(*args, _original=original, _eager=eager, **kwargs):
+                return (_eager if on_cpu(*args) else _original)(*args, **kwargs)
+
+            L.lowerings[op] = lowering
+
+    for op, sign in ((aten.add.Tensor, 1), (aten.sub.Tensor, -1)):
+        original = L.lowerings[op]
+
+        def add_with_alpha(a, b, *, alpha=None, _original=original, _sign=sign):
+            if alpha is not None and alpha != 1 and on_cpu(a, b) and floating(a) and floating(b):
+                return L._add_with_alpha_fma(a, b, _sign * alpha)
+            return _original(a, b, alpha=alpha)
+
+        L.lowerings[op] = add_with_alpha
+
+    original_addcmul = L.lowerings[aten.addcmul.default]
+
+    def addcmul(self, tensor1, tensor2, *, value=1):
+        nodes = (self, tensor1, tensor2)
+        if not (on_cpu(*nodes) and all(isinstance(n, ir.IRNode) and floating(n) for n in nodes)) or isinstance(
+            value, sympy.Basic
+        ):
+            return original_addcmul(self, tensor1, tensor2, value=value)
+        dtype = self.get_dtype()
+        if any(n.get_dtype() != dtype for n in nodes):
+            return original_addcmul(self, tensor1, tensor2, value=value)
+        nodes = L.broadcast_tensors(*nodes)
+        loaders = [n.make_loader() for n in nodes]
+
+        def inner(index):
+            s, a, b = (load(index) for load in loaders)
+            return ops.fma(ops.mul(ops.constant(value, dtype), a), b, s)
+
+        return L.Pointwise.create(device=self.get_device(), dtype=dtype, inner_fn=inner, ranges=nodes[0].get_size())
+
+    L.lowerings[aten.addcmul.default] = addcmul
+
+
+# -- compiling the pieces -----------------------------------------------------------------------------------------
+
+
+class WholeGraphOrEager:
+    """``fn`` compiled as one graph (``fullgraph=True``). If it cannot be (a graph break), warn once with the reason
+    and call ``fn`` eagerly from then on: a graph broken into pieces adds guards and copies and is often slower.
+    Tracing fails before anything runs, so falling back repeats no side effect."""
+
+    def __init__(self, fn: Callable, name: str, exact: bool = True, options: dict | None = None):
+        if exact:
+            use_eager_cpu_numerics()
+        self.eager, self.name = fn, name
+        options = {**INDUCTOR_OPTIONS, **(options or {})}
+        self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+        self.fallback_reason: str | None = None
+
+    def __call__(self, *args, **kwargs):
+        if self.compiled is not None:
+            try:
+                return self.compiled(*args, **kwargs)
+            except torch._dynamo.exc.Unsupported as error:  # a graph break, or too many recompilations
+                self.compiled = None
+                self.fallback_reason = str(error).strip().splitlines()[0]
+                warnings.warn(
+                    f"torch.compile could not compile {self.name} as one graph, so it runs eagerly: "
+                    f"{self.fallback_reason}",
+                    stacklevel=2,
+                )
+        return self.eager(*args, **kwargs)
+
+
+def compile_env_step(env: VecEnv, exact: bool = True, masked_resets: bool | None = None) -> Callable:
+    """``env.step`` with its tensor work compiled; it returns what ``env.step`` does (the env's own buffers).
+
+    With masked resets (the default on CUDA) the whole step compiles into one graph. With resets by index (the
+    default on the CPU) the step compiles up to the resets, and the few environments that ended are reset eagerly
+    by index: full-width masked draws cost more on the CPU than the fused kernels save, and the index path has
+    data-dependent shapes. Both give the same results. Environments that override ``step`` (the adapters,
+    wrappers) keep their eager step, with a warning."""
+    if type(env).step is not VecEnv.step or type(env)._step_checked is not VecEnv._step_checked:
+        warnings.warn(f"{type(env).__name__} overrides step, so compile mode runs it eagerly", stacklevel=2)
+        return env.step
+    masked = env.masked_resets if masked_resets is None else masked_resets
+
+    def tensor_work(actions: torch.Tensor) -> None:
+        _, terminated = env._step_until_resets(actions)
+        # Where _advance returned its own tensor rather than the env's buffer, keep the buffer that step returns.
+        env._terminated.copy_(terminated)
+        if masked:
+            env._reset_ended(True)
+
+    # Scalar C++ for the CPU (GCC still vectorises the plain loops): inductor's AVX2 code stores bool tensors (done,
+    # terminated, truncated) about 7 times slower than its scalar code, which made CartPole's compiled step at
+    # N = 65536 2x slower than eager; scalar, 1.2x (torch 2.13, 2-core AMD EPYC). CUDA code is not affected.
+    work = WholeGraphOrEager(tensor_work, f"{type(env).__name__}.step", exact, options={"cpp.simdlen": 0})
+
+    def step(actions: torch.Tensor):
+        actions = env.check_actions(actions)
+        if work.compiled is None:  # fell back to eager: the env's own step
+            return env._step_checked(actions, masked)
+        work(actions)
+        if not masked:
+            env._reset_ended(False)
+        return env._obs, env._reward, env._terminated, env._truncated, env._step_info()
+
+    step.compiled = work  # for tests and benchmarks: did it compile?
+    return step
+
+
+def compile_act(agent, exact: bool = True) -> Callable:
+    """``agent.act`` compiled as one graph (or eager, with a warning, if it breaks)."""
+    return WholeGraphOrEager(agent.act, f"{type(agent).__name__}.act", exact)
+
+
+# -- collectors ---------------------------------------------------------------------------------------------------
+
+
+class CompiledCollector(Collector):
+    """The collector with the env step and ``agent.act`` compiled (``mode="compile"``)."""
+
+    def __init__(self, env: VecEnv, agent, buffer, exact: bool = True):
+        super().__init__(env, agent, buffer)
+        self.step_fn = compile_env_step(env, exact)
+        self.act_fn = compile_act(agent, exact)
+
+    @torch.no_grad()
+    def collect(self, steps: int) -> None:
+        for _ in range(steps):
+            actions, extras = self.act_fn(self.obs)
+            next_obs, reward, terminated, truncated, info = self.step_fn(actions)
+            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **extras)
+            self.stats.record(info)
+            self.obs.copy_(next_obs)
+
+
+class GraphCollector(Collector):
+    """The whole collect captured as one CUDA graph and replayed (``mode="cuda_graph"``).
+
+    The first ``collect`` runs eagerly on a side stream: it is the real first rollout and the warm-up that
+    capturing needs (cuBLAS handles, allocator pools, lazy initialisation). Then ``steps`` iterations of act + env
+    step + buffer write + episode statistics are captured, with the buffer at the row it starts from; every later
+    ``collect`` of the same length from the same row replays the graph. Everything that lives across steps is a
+    static tensor (the collector's ``obs``, the env's state and buffers, the buffer's storage, the statistics), so
+    replays read and write the same memory. The env steps through ``_step_checked`` with masked resets, without the
+    action checks (they ran in the first collect; the graph replays the same shapes, dtypes and device).
+
+    Needs an agent whose ``act`` does not synchronise with the host: capture fails otherwise, with an error that
+    says so. With ``compiled=True``, the captured pieces are the ``torch.compile``-d ones (fewer, fused kernels).
+    """
+
+    def __init__(self, env: VecEnv, agent, buffer, compiled: bool = False):
+        if env.device.type != "cuda":
+            raise ValueError(
+                f"the cuda_graph mode captures CUDA graphs and needs a CUDA device; the env is on {env.device}. "
+                f"Use compile='compile' (or 'none') on {env.device.type}"
+            )
+        if type(env).step is not VecEnv.step or type(env)._step_checked is not VecEnv._step_checked:
+            raise ValueError(f"the cuda_graph mode needs a native VecEnv; {type(env).__name__} overrides step")
+        if not hasattr(buffer, "step"):
+            raise ValueError(
+                f"the cuda_graph mode supports rollout buffers (on-policy agents), whose collect always starts at "
+                f"the same row; {type(buffer).__name__} moves on between collects"
+            )
+        super().__init__(env, agent, buffer)
+        self.act_fn = compile_act(agent, exact=False) if compiled else agent.act
+        if compiled:
+            self._env_step = compile_env_step(env, exact=False, masked_resets=True).compiled
+
+            def env_step(actions):
+                self._env_step(actions)
+                return env._obs, env._reward, env._terminated, env._truncated, env._step_info()
+
+            self.env_step = env_step
+        else:
+            self.env_step = functools.partial(env._step_checked, masked_resets=True)
+        self.graph: torch.cuda.CUDAGraph | None = None
+        self.graph_key: tuple[int, int] | None = None  # (steps, the buffer row the graph starts writing at)
+        self.graph_end = 0  # the buffer row after a replay
+
+    def _body(self, steps: int, checked: bool = False) -> None:
+        for _ in range(steps):
+            actions, extras = self.act_fn(self.obs)
+            next_obs, reward, terminated, truncated, info = self.env_step(
+                self.env.check_actions(actions) if checked else actions
+            )
+            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **extras)
+            self.stats.record(info)
+            self.obs.copy_(next_obs)
+
+    @torch.no_grad()
+    def collect(self, steps: int) -> None:
+        key = (steps, self.buffer.step)
+        if self.graph is not None and key == self.graph_key:
+            self.graph.replay()
+            self.buffer.step = self.graph_end
+            return
+        if self.graph is not None:
+            warnings.warn(
+                f"collect({steps}) from buffer row {key[1]} does not match the captured graph (steps, row) "
+                f"{self.graph_key}: capturing again",
+                stacklevel=2,
+            )
+        # The real rollout, eagerly on a side stream: the warm-up that capture needs. The checks run here once.
+        side = torch.cuda.Stream(self.env.device)
+        side.wait_stream(torch.cuda.current_stream(self.env.device))
+        with torch.cuda.stream(side):
+            self._body(steps, checked=True)
+        torch.cuda.current_stream(self.env.device).wait_stream(side)
+        torch.cuda.synchronize(self.env.device)
+        # Capture from the same starting row; capturing records kernels without running them, so the data of the
+        # rollout just collected stays as it is.
+        end, self.buffer.step = self.buffer.step, key[1]
+        graph = torch.cuda.CUDAGraph()
+        try:
+            with torch.cuda.graph(graph):
+                self._body(steps)
+        except RuntimeError as error:
+            self.graph = None
+            raise RuntimeError(
+                f"capturing the collect step in a CUDA graph failed ({error}). The usual cause is an op that waits "
+                f"for the host inside agent.act or env.step, such as torch.multinomial (it checks its input with "
+                f".item()), .item(), .tolist(), nonzero or boolean indexing; run with compile='compile' or 'none'"
+            ) from error
+        finally:
+            self.buffer.step = end
+        self.graph, self.graph_key, self.graph_end = graph, key, end
+
+
+def make_collector(env: VecEnv, agent, buffer, mode: str = "none") -> Collector:
+    """The collector for ``RunConfig.compile``: ``"none"``, ``"compile"`` or ``"cuda_graph"``."""
+    if mode == "none":
+        return Collector(env, agent, buffer)
+    if mode == "compile":
+        return CompiledCollector(env, agent, buffer)
+    if mode == "cuda_graph":
+        return GraphCollector(env, agent, buffer)
+    raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")
