@@ -189,6 +189,11 @@ def main() -> None:
         "--trainings", nargs="+", default=["plain"], choices=list(TRAININGS), help="how the deployed policies train"
     )
     parser.add_argument("--note", default="", help="a line about the machine's load, written with the results")
+    parser.add_argument(
+        "--append",
+        action="store_true",
+        help="keep the rows of results/sim2sim.csv whose (task, training) this run does not measure",
+    )
     args = parser.parse_args()
     torch.set_num_threads(1)
 
@@ -238,28 +243,43 @@ def main() -> None:
                         "pybullet_mean_length": float(np.mean(pb["lengths"])),
                         "control_loop_faults": pb["faults"],
                         "pybullet_s_per_episode": round(pb["seconds"] / args.episodes, 2),
+                        "command": command(args),
+                        "note": args.note,
                     }
                 )
     write(rows, args)
 
 
+def command(args) -> str:
+    return (
+        f"OMP_NUM_THREADS=1 python benchmarks/sim2sim.py --tasks {' '.join(args.tasks)} --minutes {args.minutes} "
+        f"--episodes {args.episodes} --seed {args.seed} --trainings {' '.join(args.trainings)} --variants "
+        + " ".join(f'"{v}"' if " " in v else v for v in args.variants)
+        + (" --append" if args.append else "")
+        + f" ({datetime.date.today()})"
+    )
+
+
 def write(rows: list[dict], args) -> None:
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "sim2sim.csv", "w", newline="") as f:
+    path = RESULTS / "sim2sim.csv"
+    if args.append and path.is_file():
+        measured = {(r["task"], r["training"]) for r in rows}
+        with open(path, newline="") as f:
+            kept = [r for r in csv.DictReader(f) if (r["task"], r["training"]) not in measured]
+        for r in kept:
+            for key in ("train_env_steps", "control_loop_faults"):
+                r[key] = int(r[key])
+            r["fraction_kept"] = float(r["fraction_kept"])
+        rows = kept + rows
+    with open(path, "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    lines = [
-        "# Sim-to-sim: MuJoCo-trained PPO deployed to PyBullet",
-        "",
-        f"`OMP_NUM_THREADS=1 python benchmarks/sim2sim.py --tasks {' '.join(args.tasks)} --minutes {args.minutes} "
-        f"--episodes {args.episodes} --seed {args.seed} --trainings {' '.join(args.trainings)} "
-        f"--variants {' '.join(args.variants)}`, {datetime.date.today()}.",
-        "",
-        f"Machine: {machine()}.",
-    ]
-    if args.note:
-        lines += ["", args.note]
+    lines = ["# Sim-to-sim: MuJoCo-trained policies deployed to PyBullet", ""]
+    for run in dict.fromkeys((r["command"], r["note"]) for r in rows):
+        lines += [f"- `{run[0]}`" + (f": {run[1]}" if run[1] else "")]
+    lines += ["", f"Machine: {machine()}."]
     lines += [
         "",
         "Each policy (PPO or RARL, shipped settings; `--trainings` above) trains in our MuJoCo env for the given "
