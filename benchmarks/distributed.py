@@ -29,15 +29,12 @@ import datetime
 import json
 import os
 import pathlib
-import platform
 import socket
 import subprocess
 import sys
 import tempfile
 import time
 
-import gymnasium as gym
-import numpy as np
 import torch
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -47,26 +44,19 @@ WARMUP_ITERATIONS = 2
 
 
 def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return (
-        f"{cpu}, {os.cpu_count()} cores; torch {torch.__version__} (gloo), gymnasium {gym.__version__}, "
-        f"numpy {np.__version__}, Python {platform.python_version()}"
-    )
+    """The machine line of env_throughput.py, with the communication backend."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from env_throughput import machine as base_machine
+
+    return f"{base_machine()} (gloo)"
 
 
 def cpu_seconds() -> tuple[float, float]:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process and its finished children)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(x) for x in f.readline().split()[1:]]
-    except OSError:
-        return float("nan"), 0.0
-    busy = sum(fields) - fields[3] - fields[4]  # all but idle and iowait
-    return busy / os.sysconf("SC_CLK_TCK"), sum(os.times()[:4])
+    """mujoco_throughput.py's: busy CPU seconds of the machine, and of this process and its finished children."""
+    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
+    from mujoco_throughput import cpu_seconds as machine_cpu_seconds
+
+    return machine_cpu_seconds()
 
 
 # -- one measurement (runs on every rank) -------------------------------------------------------------------------
