@@ -36,6 +36,9 @@ class Agent:
     multiagent: ClassVar[bool] = False
     """Multi-agent agents (MAPPO, QMIX) train on ``MultiAgentVecEnv``s: ``[A, d]`` observations, a global state, and
     ``act(inputs, memory)`` (see rl_suite/multiagent.py)."""
+    supports_distributed: ClassVar[bool] = False
+    """Whether the agent trains under torchrun: its optimiser steps average gradients over the ranks and its
+    normalisers merge them (rl_suite/distributed.py). Agents without it are refused in a multi-rank run."""
 
     def __init__(
         self,

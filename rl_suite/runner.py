@@ -146,7 +146,7 @@ class Runner:
 
         self.agent, self.env, self.config = agent, env, config
         distributed.init(env.device, config.distributed_timeout_s)  # joins torchrun's process group, else a no-op
-        if distributed.world_size() > 1 and not getattr(agent, "supports_distributed", False):
+        if distributed.world_size() > 1 and not agent.supports_distributed:
             raise ValueError(
                 f"{agent.name} does not train under torchrun (world size {distributed.world_size()}); "
                 "run it in a single process"
