@@ -96,6 +96,8 @@ class VecEnv:
 
     env_id: str | None = None
     reward_threshold: float | None = None
+    critic_observation_space: gym.Space | None = None
+    """A privileged observation for an asymmetric critic, where the env has one (``offer_critic_observation``)."""
 
     def __init__(
         self,
@@ -277,13 +279,25 @@ class VecEnv:
         self._running.sub_(self._final)
         self._final_length.copy_(self._final[1])
 
+    def offer_critic_observation(self, space: gym.spaces.Box) -> None:
+        """Declare a privileged critic observation of one environment's ``space``: ``step`` then reports
+        ``info["critic_obs"]`` and ``info["final_critic_obs"]``, from ``self._critic_obs`` and
+        ``self._final_critic_obs`` (``[N, *space.shape]``), which the env writes as it writes ``_obs``."""
+        self.critic_observation_space = space
+        self._critic_obs = torch.zeros((self.num_envs, *space.shape), device=self.device)
+        self._final_critic_obs = torch.zeros_like(self._critic_obs)
+
     def _step_info(self) -> dict[str, torch.Tensor]:
-        return {
+        info = {
             "final_obs": self._final_obs,
             "done": self._done,
             "episode_return": self._final[0],
             "episode_length": self._final_length,
         }
+        if self.critic_observation_space is not None:
+            info["critic_obs"] = self._critic_obs
+            info["final_critic_obs"] = self._final_critic_obs
+        return info
 
     def check_actions(self, actions) -> torch.Tensor:
         """Return ``actions`` if they fit the action space, else raise an error that says what was expected."""

@@ -112,13 +112,8 @@ class IsaacGymVecEnv(VecEnv):
         self._clipped_actions = torch.zeros(self._action_shape, device=self.device)
 
         num_states = int(getattr(task, "num_states", 0) or 0)
-        self.critic_observation_space = None
         if num_states > 0:
-            state_space = getattr(task, "state_space", None)
-            self.critic_observation_space = _float_box(state_space, (num_states,), "state")
-            shape = (self.num_envs, num_states)
-            self._critic_obs = torch.zeros(shape, device=self.device)
-            self._final_critic_obs = torch.zeros(shape, device=self.device)
+            self.offer_critic_observation(_float_box(getattr(task, "state_space", None), (num_states,), "state"))
 
     # -- the contract -------------------------------------------------------------------------------------
 
@@ -163,13 +158,6 @@ class IsaacGymVecEnv(VecEnv):
             self._observe_fn()
             self._read_current(ids.to(self.device))
         return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
-
-    def _step_info(self) -> dict[str, torch.Tensor]:
-        info = super()._step_info()
-        if self.critic_observation_space is not None:
-            info["critic_obs"] = self._critic_obs
-            info["final_critic_obs"] = self._final_critic_obs
-        return info
 
     def close(self) -> None:
         close = getattr(self.task, "close", None)

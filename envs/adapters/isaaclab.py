@@ -83,12 +83,8 @@ class IsaacLabVecEnv(VecEnv):
             max_episode_steps=int(max_length) if max_length is not None else None,
             check_values=check_values,
         )
-        self.critic_observation_space = None
         if critic_group in spaces:
-            self.critic_observation_space = _float_box(spaces[critic_group], f"observation group {critic_group!r}")
-            shape = (self.num_envs, *self.critic_observation_space.shape)
-            self._critic_obs = torch.zeros(shape, device=self.device)
-            self._final_critic_obs = torch.zeros(shape, device=self.device)
+            self.offer_critic_observation(_float_box(spaces[critic_group], f"observation group {critic_group!r}"))
         self._clipped_actions = torch.zeros(self._action_shape, device=self.device)
 
         cfg = getattr(base, "cfg", None)
@@ -138,13 +134,6 @@ class IsaacLabVecEnv(VecEnv):
         self._running.add_(self._increment)
         self._close_episodes(done)
         return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
-
-    def _step_info(self) -> dict[str, torch.Tensor]:
-        info = super()._step_info()
-        if self.critic_observation_space is not None:
-            info["critic_obs"] = self._critic_obs
-            info["final_critic_obs"] = self._final_critic_obs
-        return info
 
     def close(self) -> None:
         self.env.close()
