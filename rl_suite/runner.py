@@ -84,7 +84,8 @@ class RunConfig:
     checkpoint_buffer: bool = True
     """Include a replay buffer's contents in checkpoints, so that a resumed off-policy run continues exactly."""
     progress: bool = True
-    """Show a progress bar on the terminal."""
+    """Show progress on stderr: a bar on a terminal; without one (CI, ``nohup``, a file), one summary line per log
+    interval, at most one every 5 s (steps, steps/s, mean return of the episodes that ended, the last evaluation)."""
     env_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
     compile: str = "none"
@@ -185,6 +186,7 @@ class Runner:
         self.next_video = config.video_every_steps if config.video_every_steps > 0 else math.inf
         self.video_env = None
         self.last_eval: dict[str, Any] | None = None
+        self.last_rollout_return: float | None = None
         self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
         if resume:
@@ -259,10 +261,11 @@ class Runner:
             if "win_rate" in episodes:
                 values["rollout/win_rate"] = episodes["win_rate"]
         logger.scalars(steps, values)
-        postfix = {
-            "return": values.get("rollout/episode_return", float("nan")),
-            "steps/s": round(values["time/env_steps_per_s"]),
-        }
+        # A window in which no episode ended shows the last known return (or none yet), never NaN.
+        self.last_rollout_return = values.get("rollout/episode_return", self.last_rollout_return)
+        postfix = {"steps/s": round(values["time/env_steps_per_s"])}
+        if self.last_rollout_return is not None:
+            postfix["return"] = self.last_rollout_return
         if "rollout/win_rate" in values:
             postfix["win"] = round(values["rollout/win_rate"], 2)
         if self.last_eval is not None:
