@@ -181,18 +181,27 @@ class Agent:
 
     @classmethod
     def load(cls, path: str | os.PathLike, device: str | torch.device = "cpu") -> Agent:
-        """Rebuild an agent written by ``save`` (or taken from a run's checkpoint); loads tensors only."""
+        """Rebuild an agent written by ``save`` (or taken from a run's checkpoint); loads tensors only, and builds no
+        environment (see ``agent_from_checkpoint``)."""
         from rl_suite.checkpoint import load_checkpoint
 
-        data = load_checkpoint(pathlib.Path(path))
-        if "agent" not in data:
-            raise ValueError(f"{path} holds no agent")
-        return agent_from_description(data, data["agent"], device, expected=cls)
+        return agent_from_checkpoint(load_checkpoint(pathlib.Path(path)), str(path), device, expected=cls)
+
+
+def agent_from_checkpoint(data: Any, source: str, device, expected: type | None = None) -> Agent:
+    """The agent in ``data``, a checkpoint or ``save`` file read with ``weights_only=True`` from ``source``. Its
+    algorithm name resolves only as a key of the registry's ``ALGORITHMS`` (``load_algorithm``), never as an entry
+    point; hyperparameters and spaces are rebuilt from plain data. Its ``env_id`` is not used here: eval and export
+    check it with ``rl_suite.registry.run_env_spec``."""
+    if type(data) is not dict or type(data.get("agent")) is not dict:
+        raise ValueError(f"{source} holds no agent")
+    return agent_from_description(data, data["agent"], device, expected)
 
 
 def agent_from_description(
     description: dict[str, Any], state: dict[str, Any] | None, device, expected: type | None = None
 ) -> Agent:
+    """An ``algo`` agent built from ``describe()``'s plain data, with ``state`` (``state_dict()``) loaded if given."""
     from rl_suite.registry import load_algorithm
 
     algo = load_algorithm(description["algo"])

@@ -64,7 +64,7 @@ def _cmd_train(args) -> int:
     """Train; under torchrun every rank runs this, and rank 0 alone prints (see rl_suite/distributed.py)."""
     from rl_suite import distributed
     from rl_suite.config import ConfigError, parse_assignments, split_overrides
-    from rl_suite.registry import load_algorithm
+    from rl_suite.registry import load_algorithm, trusted_env_spec
     from rl_suite.runner import RunConfig
 
     algo = load_algorithm(args.algo)
@@ -82,15 +82,18 @@ def _cmd_train(args) -> int:
     overrides = {**flags, **parse_assignments(args.set)}
     if args.resume:
         run_dir = pathlib.Path(args.resume)
-        if not (run_dir / "config.yaml").is_file():
-            raise ConfigError(f"{run_dir} is not a run directory: it has no config.yaml")
-        saved = yaml.safe_load((run_dir / "config.yaml").read_text())
-        if (saved["run"]["algo"], saved["run"]["env_id"]) != (algo.name, args.env_id):
+        saved_run, saved_agent = _saved_settings(run_dir)
+        if (saved_run.get("algo"), saved_run.get("env_id")) != (algo.name, args.env_id):
             raise ConfigError(
-                f"{run_dir} is a run of {saved['run']['algo']} on {saved['run']['env_id']}, not of "
+                f"{run_dir} is a run of {saved_run.get('algo')} on {saved_run.get('env_id')}, not of "
                 f"{algo.name} on {args.env_id}"
             )
-        run_values, agent_values = split_overrides({**saved["run"], **saved["agent"]}, RunConfig, algo.Config)
+        # The positional ENV_ID is the user's confirmation of the file's id; only checked values go on to make.
+        env_id, env_kwargs = trusted_env_spec(
+            saved_run["env_id"], saved_run.get("env_kwargs"), f"the run {run_dir}", args.env_id, "ENV_ID"
+        )
+        run_values, agent_values = split_overrides({**saved_run, **saved_agent}, RunConfig, algo.Config)
+        run_values.update(env_id=env_id, env_kwargs=env_kwargs)
         resumable = {"total_steps", "time_budget_s", "stop_at_return", "stop_at_win_rate", "progress"}
         changed, _ = split_overrides(overrides, RunConfig, algo.Config)
         if set(overrides) - resumable:
@@ -109,6 +112,20 @@ def _cmd_train(args) -> int:
         return _train(algo, config, agent_values, device, run_dir, bool(args.resume))
     finally:
         distributed.shutdown()
+
+
+def _saved_settings(run_dir: pathlib.Path) -> tuple[dict, dict]:
+    """The ``run`` and ``agent`` sections of a run directory's config.yaml (plain YAML only)."""
+    from rl_suite.config import ConfigError, read_yaml
+
+    path = run_dir / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir} is not a run directory: it has no config.yaml")
+    saved = read_yaml(path)
+    sections = [saved.get(name) for name in ("run", "agent")]
+    if not all(type(section) is dict for section in sections):
+        raise ConfigError(f"{path} lacks its 'run' and 'agent' settings")
+    return sections[0], sections[1]
 
 
 def _train(algo, config, agent_values: dict, device, run_dir, resume: bool) -> int:
@@ -159,19 +176,18 @@ def _train(algo, config, agent_values: dict, device, run_dir, resume: bool) -> i
 
 
 def _cmd_eval(args) -> int:
-    from rl_suite.agent import agent_from_description
+    from rl_suite.agent import agent_from_checkpoint
     from rl_suite.checkpoint import load_latest
-    from rl_suite.registry import make
+    from rl_suite.registry import make, run_env_spec
     from rl_suite.runner import evaluate
 
     run_dir = pathlib.Path(args.run_dir)
-    _, state = load_latest(run_dir)
-    saved = yaml.safe_load((run_dir / "config.yaml").read_text()) if (run_dir / "config.yaml").is_file() else {}
-    run = saved.get("run", {})
-    agent = agent_from_description(state, state["agent"], args.device)
-    env = make(state["env_id"], num_envs=args.episodes, device=args.device, seed=args.seed, **run.get("env_kwargs", {}))
+    path, state = load_latest(run_dir)
+    env_id, env_kwargs = run_env_spec(run_dir, state, confirmed_id=args.env)
+    agent = agent_from_checkpoint(state, str(path), args.device)
+    env = make(env_id, num_envs=args.episodes, device=args.device, seed=args.seed, **env_kwargs)
     result = {
-        "env_id": state["env_id"],
+        "env_id": env_id,
         "algo": state["algo"],
         "env_steps": state["runner"]["env_steps"],
         **evaluate(agent, env, seed=args.seed),
@@ -192,8 +208,8 @@ def _cmd_export(args) -> int:
 
     if (args.run_dir is None) == (args.sb3 is None):
         raise ValueError("export takes exactly one source: a RUN_DIR, or --sb3 ZIP (a stable-baselines3 model)")
-    if args.sb3 is None and (args.vecnormalize or args.env_id or args.algo):
-        raise ValueError("--vecnormalize, --env-id and --algo go with --sb3 ZIP")
+    if args.sb3 is None and (args.vecnormalize or args.algo):
+        raise ValueError("--vecnormalize and --algo go with --sb3 ZIP")
     if args.sb3 is not None:
         report = export_sb3(
             args.sb3,
@@ -205,7 +221,7 @@ def _cmd_export(args) -> int:
             control_hz=args.control_hz,
         )
     else:
-        report = export_run(args.run_dir, args.output, args.format, control_hz=args.control_hz)
+        report = export_run(args.run_dir, args.output, args.format, control_hz=args.control_hz, env_id=args.env_id)
     print(f"wrote {report.format} policy {report.path} ({report.path.stat().st_size:,} bytes)")
     print("metadata:")
     for key, value in report.metadata.items():
@@ -227,6 +243,12 @@ def _cmd_algos(args) -> int:
         summary = (inspect.getmodule(algo).__doc__ or "").strip().splitlines()[0]
         print(f"{name:<8} actions: {spaces:<15} {summary}  ({entry_point})")
     return 0
+
+
+_CONFIRM_ENV_HELP = (
+    "the run's environment id, repeated to confirm an adapter id (gym:..., pz:...) read from the run directory; "
+    "ids from files are otherwise used only when they name a native task"
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -270,6 +292,11 @@ def build_parser() -> argparse.ArgumentParser:
     evaluate.add_argument("--seed", type=int, default=12345)
     evaluate.add_argument("--device", default="cpu")
     evaluate.add_argument("--json", action="store_true", help="print one JSON object")
+    evaluate.add_argument(
+        "--env",
+        metavar="ENV_ID",
+        help=_CONFIRM_ENV_HELP,
+    )
     evaluate.set_defaults(run=_cmd_eval)
 
     export = commands.add_parser(
@@ -281,7 +308,13 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("--sb3", metavar="ZIP", help="a model saved by stable-baselines3 (instead of a RUN_DIR)")
     export.add_argument("--algo", help="the SB3 zip's algorithm: ppo, a2c, sac, td3 or dqn (default: from the zip)")
     export.add_argument("--vecnormalize", metavar="PKL", help="the SB3 VecNormalize pickle to bake into the graph")
-    export.add_argument("--env-id", help="environment id to record in the metadata (--sb3 only)")
+    export.add_argument(
+        "--env",
+        "--env-id",
+        dest="env_id",
+        metavar="ENV_ID",
+        help=f"with RUN_DIR: {_CONFIRM_ENV_HELP}; with --sb3: the id to record in the metadata",
+    )
     export.add_argument("--format", choices=["onnx", "torchscript"], default="onnx")
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
     export.add_argument("--control-hz", type=float, help="control rate to record (default: the env's 1/dt, if any)")

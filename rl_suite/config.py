@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import pathlib
 import types
 import typing
 from typing import Any
@@ -108,3 +109,17 @@ def from_plain(cls, data: dict[str, Any]):
     """The dataclass ``cls`` from plain data written by ``to_plain``."""
     (values,) = split_overrides(data, cls)
     return cls(**values)
+
+
+def read_yaml(path) -> dict[str, Any]:
+    """The mapping in the YAML file ``path``, read with ``yaml.safe_load``: plain data only, so a ``!!python`` tag
+    is an error here, never an object (a run directory may come from a stranger)."""
+    try:
+        data = yaml.safe_load(pathlib.Path(path).read_text())
+    except yaml.YAMLError as error:
+        raise ConfigError(f"{path} is not plain YAML: {error}") from None
+    if data is None:
+        return {}
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path} holds a {type(data).__name__}, not a mapping of settings")
+    return data

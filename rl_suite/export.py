@@ -417,26 +417,28 @@ def export_run(
     control_hz: float | None = None,
     dt: float | None = None,
     example_obs=None,
+    env_id: str | None = None,
 ) -> ExportReport:
     """Export the newest readable checkpoint of a training run; the control period comes from the arguments, else
-    from the env's ``dt`` where its simulator has one."""
-    import yaml
+    from the env's ``dt`` where its simulator has one.
 
-    from rl_suite.agent import agent_from_description
+    The run's environment is checked by ``rl_suite.registry.run_env_spec`` before anything is built from it: a run
+    on an adapter id (``gym:...``) exports only when ``env_id`` repeats that id (the CLI's ``--env``)."""
+    from rl_suite.agent import agent_from_checkpoint
     from rl_suite.checkpoint import load_latest
+    from rl_suite.registry import UnknownEnvError, run_env_spec
 
     if format not in FORMATS:
         raise ExportError(f"unknown export format {format!r}; choose one of {', '.join(FORMATS)}")
     run_dir = pathlib.Path(run_dir)
     _, state = load_latest(run_dir)
-    if "agent" not in state or "algo" not in state:
-        raise ExportError(f"the newest checkpoint of {run_dir} holds no agent")
-    agent = agent_from_description(state, state["agent"], "cpu")
-    env_id = state.get("env_id")
-    if dt is None and control_hz is None and env_id:
-        config = run_dir / "config.yaml"
-        saved = yaml.safe_load(config.read_text()) if config.is_file() else {}
-        dt = _env_dt(env_id, (saved.get("run") or {}).get("env_kwargs") or {})
+    try:
+        env_id, env_kwargs = run_env_spec(run_dir, state, confirmed_id=env_id)
+    except UnknownEnvError:  # an env that is not registered (Agent.learn's "custom"): no dt to look up
+        env_id, env_kwargs = state.get("env_id"), None
+    agent = agent_from_checkpoint(state, f"the newest checkpoint of {run_dir}", "cpu")
+    if dt is None and control_hz is None and env_kwargs is not None:
+        dt = _env_dt(env_id, env_kwargs)
     try:
         return export_policy(agent, path, format, example_obs, env_id=env_id, dt=dt, control_hz=control_hz)
     finally:

@@ -2,12 +2,19 @@
 
 ``make("CartPole-v1", num_envs=4096)`` builds a native simulator. An id of the form ``"gym:<id>"`` runs any
 gymnasium environment through the adapter, including tasks that have no native version.
+
+An id and keyword arguments read from a file (a run directory's checkpoint and config.yaml) go through
+``trusted_env_spec`` before ``make``: an adapter id imports and calls whatever module and attribute it names, so a
+file may name only a registered native task, with plain keyword arguments that the task's constructor takes, unless
+the user repeats the id on the command line. Algorithms named by a file resolve only by their key in ``ALGORITHMS``.
 """
 
 from __future__ import annotations
 
 import difflib
 import importlib
+import inspect
+import pathlib
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +37,11 @@ class EnvSpec:
 
 class UnknownEnvError(ValueError):
     """An id that is neither registered nor addressed to an adapter."""
+
+
+class UntrustedEnvError(ValueError):
+    """An environment read from a file that is not built unconfirmed: an adapter id that the user has not repeated on
+    the command line, or keyword arguments that are not plain data or not the task's."""
 
 
 _REGISTRY: dict[str, EnvSpec] = {}
@@ -90,6 +102,122 @@ def make(
     return env
 
 
+# -- ids and keyword arguments read from files ----------------------------------------------------------------
+
+# The env contract's keyword options (VecEnv, MultiAgentVecEnv), which native tasks take through **contract_options.
+CONTRACT_OPTIONS = ("check_values", "masked_resets")
+# make's own arguments: a file's env_kwargs never set them.
+_MAKE_ARGUMENTS = ("num_envs", "device", "seed")
+
+
+def accepted_keywords(env_spec: EnvSpec) -> list[str]:
+    """The keyword arguments ``make(env_spec.id, ...)`` takes from a file: the entry point's named parameters, plus
+    the contract's options when it has ``**kwargs``, less make's own arguments and those the registration fixes (the
+    MuJoCo ids' ``task``). An entry point that forwards ``**kwargs`` further lists what it takes in an
+    ``accepted_keywords(**registered_kwargs)`` attribute (the MuJoCo factory does)."""
+    factory = env_spec.load()  # the registry's own entry point, never one named by a file
+    declared = getattr(factory, "accepted_keywords", None)
+    if declared is not None:
+        names = list(declared(**env_spec.kwargs))
+    else:
+        parameters = inspect.signature(factory).parameters.values()
+        names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
+        if any(p.kind is p.VAR_KEYWORD for p in parameters):
+            names += CONTRACT_OPTIONS
+    return [name for name in dict.fromkeys(names) if name not in _MAKE_ARGUMENTS and name not in env_spec.kwargs]
+
+
+def _not_plain(value: Any, where: str) -> str | None:
+    """Where ``value`` stops being plain data (numbers, strings, booleans, None, and lists and string-keyed dicts of
+    those), or None. Types are matched exactly: a subclass of ``str`` or ``dict`` could carry behaviour."""
+    if type(value) in (bool, int, float, str, type(None)):
+        return None
+    if type(value) in (list, tuple):
+        items = [(f"{where}[{i}]", item) for i, item in enumerate(value)]
+    elif type(value) is dict:
+        keys = [key for key in value if type(key) is not str]
+        if keys:
+            return f"{where} has the key {keys[0]!r}, a {type(keys[0]).__name__}"
+        items = [(f"{where}[{key!r}]", item) for key, item in value.items()]
+    else:
+        return f"{where} is a {type(value).__name__}"
+    for place, item in items:
+        problem = _not_plain(item, place)
+        if problem:
+            return problem
+    return None
+
+
+def trusted_env_spec(
+    env_id: Any, env_kwargs: Any, source: str, confirmed_id: str | None = None, flag: str = "--env"
+) -> tuple[str, dict[str, Any]]:
+    """Check an environment id and keyword arguments read from ``source`` (a checkpoint, a config.yaml) before anything
+    is built from them; returns them, ready for ``make``.
+
+    A registered native id is used as it is. An adapter id (``gym:``, ``pz:``, or any ``module:attribute``) imports
+    and calls the code it names, so it is used only when the user repeated it on the command line (``confirmed_id``,
+    given through ``flag``). ``env_kwargs`` must be plain data, and for a native id the names must be keyword
+    arguments of its entry point (``accepted_keywords``); an adapter id's keywords go to the environment the user
+    confirmed. Anything else raises ``UntrustedEnvError`` (an unknown id without a colon, ``UnknownEnvError``),
+    before any import that the file's contents choose.
+    """
+    if type(env_id) is not str:
+        raise UntrustedEnvError(f"{source} names the environment {env_id!r}, which is not an id (a string)")
+    if confirmed_id is not None and confirmed_id != env_id:
+        raise UntrustedEnvError(f"{source} was trained on {env_id!r}, but {flag} says {confirmed_id!r}")
+    env_kwargs = {} if env_kwargs is None else env_kwargs
+    if type(env_kwargs) is not dict:
+        raise UntrustedEnvError(f"{source}: env_kwargs is a {type(env_kwargs).__name__}, not a mapping of keywords")
+    problem = _not_plain(env_kwargs, "env_kwargs")
+    if problem:
+        raise UntrustedEnvError(
+            f"{source}: {problem}; env_kwargs read from a file must be plain data (numbers, strings, booleans, None, "
+            "and lists and dicts of those)"
+        )
+    reserved = [name for name in env_kwargs if name in _MAKE_ARGUMENTS]
+    if reserved:
+        raise UntrustedEnvError(
+            f"{source}: env_kwargs sets {reserved[0]!r}, which is make's own argument, not the environment's"
+        )
+    if env_id in _REGISTRY:
+        accepted = accepted_keywords(_REGISTRY[env_id]) if env_kwargs else []
+        unknown = [name for name in env_kwargs if name not in accepted]
+        if unknown:
+            raise UntrustedEnvError(
+                f"{source}: {unknown[0]!r} is not a keyword argument of {env_id}; it takes {', '.join(accepted)}"
+            )
+    elif ":" in env_id:
+        if confirmed_id is None:
+            raise UntrustedEnvError(
+                f"{source} names the environment {env_id!r}, an adapter id: building it imports and calls the code it "
+                "names, so an id read from a file is used only when it is a registered native task. If you trust "
+                f"this run directory, confirm the id on the command line: {flag} {env_id}"
+            )
+    else:
+        raise UnknownEnvError(_unknown_id_message(env_id))
+    return env_id, dict(env_kwargs)
+
+
+def run_env_spec(
+    run_dir: str | pathlib.Path, checkpoint: dict[str, Any], confirmed_id: str | None = None, flag: str = "--env"
+) -> tuple[str, dict[str, Any]]:
+    """The environment a run directory was trained on, ready for ``make``: the id from its ``checkpoint``, the keyword
+    arguments from its config.yaml, checked by ``trusted_env_spec``."""
+    from rl_suite.config import read_yaml
+
+    run_dir = pathlib.Path(run_dir)
+    config_path = run_dir / "config.yaml"
+    run = read_yaml(config_path).get("run", {}) if config_path.is_file() else {}
+    if type(run) is not dict:
+        raise UntrustedEnvError(f"{config_path}: 'run' is a {type(run).__name__}, not a mapping of settings")
+    env_id = checkpoint.get("env_id")
+    if "env_id" in run and (type(env_id) is not str or run["env_id"] != env_id):
+        raise UntrustedEnvError(f"{config_path} names the environment {run['env_id']!r} and the checkpoint {env_id!r}")
+    return trusted_env_spec(env_id, run.get("env_kwargs"), f"the run {run_dir}", confirmed_id, flag)
+
+
+# -- algorithms ---------------------------------------------------------------------------------------------------
+
 ALGORITHMS: dict[str, str] = {
     "ppo": "rl_suite.agents.ppo:PPO",
     "sac": "rl_suite.agents.sac:SAC",
@@ -103,11 +231,18 @@ ALGORITHMS: dict[str, str] = {
 
 
 def register_algorithm(name: str, entry_point: str) -> None:
-    """Register an ``Agent`` subclass under ``name`` (for ``rl-suite train NAME ...``)."""
+    """Register an ``Agent`` subclass under ``name`` (for ``rl-suite train NAME ...``, and for files that name it)."""
     ALGORITHMS[name] = entry_point
 
 
 def load_algorithm(name: str):
+    """The ``Agent`` class registered as ``name``. Names read from files (checkpoints, ``Agent.load``) come here too:
+    they select a key of ``ALGORITHMS``, whose entry points only code puts there (the built-ins and
+    ``register_algorithm``, like the native envs' ``register``), and are never read as entry points."""
+    if type(name) is not str:
+        raise UnknownAlgorithmError(
+            f"unknown algorithm {name!r}: an algorithm is named by a string. Algorithms: {', '.join(ALGORITHMS)}"
+        )
     if name not in ALGORITHMS:
         close = difflib.get_close_matches(name.lower(), list(ALGORITHMS), n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""

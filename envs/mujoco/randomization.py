@@ -60,6 +60,27 @@ def make_mujoco_env(
     return env
 
 
+def _accepted_keywords(task: str = "HalfCheetah") -> list[str]:
+    """Every keyword ``make_mujoco_env`` takes for ``task``: its own, ``MujocoVecEnv``'s, and the task's (which
+    ``MujocoVecEnv`` hands to ``make_task``). The registry checks keywords read from a run directory against these
+    (``rl_suite.registry.accepted_keywords``)."""
+    import inspect
+
+    from rl_suite.envs.mujoco.env import MujocoVecEnv
+    from rl_suite.envs.mujoco.tasks import TASKS
+
+    named = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+    return [
+        name
+        for builder in (make_mujoco_env, MujocoVecEnv, TASKS[task])
+        for name, parameter in inspect.signature(builder).parameters.items()
+        if parameter.kind in named
+    ]
+
+
+make_mujoco_env.accepted_keywords = _accepted_keywords
+
+
 class RandomizedVecEnv:
     """``env`` with observation noise and motor-strength randomisation; see the module docstring. Everything else
     (spaces, ``dt``, ``set_state``, ...) is the wrapped env's."""
