@@ -20,6 +20,9 @@ class CheckpointError(ValueError):
 
 
 def atomic_save(obj: Any, path: pathlib.Path) -> None:
+    """Write ``obj`` to ``path`` so that a crash at any moment leaves either the old file or the new one: the data
+    goes to a temporary file, synced to disk, then renamed over ``path``; syncing the directory makes the rename
+    itself durable (otherwise a power loss can bring back the old directory entry)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
@@ -30,6 +33,21 @@ def atomic_save(obj: Any, path: pathlib.Path) -> None:
         os.replace(temporary, path)
     finally:
         temporary.unlink(missing_ok=True)
+    _fsync_directory(path.parent)
+
+
+def _fsync_directory(directory: pathlib.Path) -> None:
+    """Sync a directory's entries to disk, where the platform can open a directory (POSIX; not Windows)."""
+    try:
+        fd = os.open(directory, os.O_RDONLY)
+    except OSError:
+        return
+    try:
+        os.fsync(fd)
+    except OSError:  # some file systems refuse to sync a directory; the rename has still happened
+        pass
+    finally:
+        os.close(fd)
 
 
 def load_checkpoint(path: pathlib.Path) -> dict[str, Any]:

@@ -140,9 +140,8 @@ def average_gradients(parameters: Iterable[torch.nn.Parameter]) -> None:
 def merge_moments(count: int, mean: torch.Tensor, var: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The count, mean and (biased) variance of the union of every rank's batch, from each batch's own: one
     all-gather of ``(count, mean, count * var)``, merged with the parallel formula in float64. Every rank merges the
-    same numbers in the same order, so all get the same bits."""
-    if count == 0:  # an empty batch (e.g. no agent alive) has NaN moments; it contributes nothing
-        mean, var = torch.zeros_like(mean), torch.zeros_like(var)
+    same numbers in the same order, so all get the same bits. Every rank must call it, an empty batch too (count 0,
+    finite moments such as zeros); when all are empty the merged count is 0 and the moments are zeros."""
     local = torch.cat(
         (
             torch.tensor([float(count)], dtype=torch.float64, device=mean.device),
@@ -155,9 +154,10 @@ def merge_moments(count: int, mean: torch.Tensor, var: torch.Tensor) -> tuple[to
     table = torch.stack(gathered).to(mean.device)  # [world, 1 + 2 D]
     counts, means, m2s = table[:, :1], table[:, 1 : 1 + mean.numel()], table[:, 1 + mean.numel() :]
     total = counts.sum()
-    merged_mean = (counts * means).sum(0) / total
+    divisor = total.clamp(min=1.0)  # counts are whole numbers: this changes only 0 / 0
+    merged_mean = (counts * means).sum(0) / divisor
     merged_m2 = (m2s + counts * (means - merged_mean).square()).sum(0)
-    return total, merged_mean.view_as(mean), (merged_m2 / total).view_as(var)
+    return total, merged_mean.view_as(mean), (merged_m2 / divisor).view_as(var)
 
 
 def all_true(flag: torch.Tensor | bool) -> bool:

@@ -98,16 +98,25 @@ class RunningNorm(nn.Module):
 
     @torch.no_grad()
     def update(self, x: torch.Tensor) -> None:
-        """Merge the statistics of a batch ``[..., *shape]``."""
+        """Merge the statistics of a batch ``[..., *shape]``. An empty batch (MAPPO's alive agents when none is alive)
+        changes nothing; under torchrun its rank still joins the merge, contributing a count of 0."""
         batch = x.reshape(-1, *self.mean.shape).to(torch.float64)
-        count = batch.shape[0]
-        mean, var = batch.mean(0), batch.var(0, unbiased=False)
+        count = batch.shape[0]  # from the shape: no host sync
+        if count > 0:
+            mean, var = batch.mean(0), batch.var(0, unbiased=False)
+        elif distributed.world_size() == 1:
+            return
+        else:  # the other ranks wait in the all-gather for this one; zero moments with a count of 0 weigh nothing
+            mean, var = torch.zeros_like(self.mean), torch.zeros_like(self.var)
         if distributed.world_size() > 1:
             count, mean, var = distributed.merge_moments(count, mean, var)
+        # Chan et al.'s merge with the batch's weight w = n_b / (n_a + n_b): w = 0 (every rank empty) keeps the
+        # statistics as they are, where dividing by the total count would make them 0 / 0.
         total = self.count + count
+        weight = count / total.clamp(min=1.0)
         delta = mean - self.mean
-        self.var.copy_((self.var * self.count + var * count + delta.square() * self.count * count / total) / total)
-        self.mean.add_(delta * count / total)
+        self.var.copy_(self.var * (1 - weight) + var * weight + delta.square() * weight * (1 - weight))
+        self.mean.add_(delta * weight)
         self.count.copy_(total)
 
 

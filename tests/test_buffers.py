@@ -1,5 +1,5 @@
-"""Learning targets against hand-computed values: GAE with termination and truncation inside a rollout, and n-step
-returns from the replay ring buffer."""
+"""Learning targets against hand-computed values: GAE with termination and truncation inside a rollout, the on-policy
+agents' values and advantages from a rollout's observations, and n-step returns from the replay ring buffer."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rl_suite.buffers import ReplayBuffer, RolloutBuffer, gae, transition_spec
+from rl_suite.onpolicy import advantages_and_returns
 
 F, T = False, True
 
@@ -42,6 +43,39 @@ def test_gae_with_lambda_one_is_the_discounted_return_minus_the_value():
     no = torch.zeros(3, 1, dtype=torch.bool)
     advantages, returns = gae(rewards, values, next_values, no, no, gamma=0.5, lam=1.0)
     torch.testing.assert_close(returns, torch.tensor([[1 + 0.5 + 0.25 + 0.125 * 10], [1 + 0.5 + 0.25 * 10], [1 + 5.0]]))
+
+
+def test_advantages_and_returns_value_the_final_observation_at_truncation_and_rollout_end():
+    """T = 3 steps, N = 3 environments, gamma = 0.9, lambda = 0.8 (gamma lambda = 0.72). The critic is V(o) = o, on
+    one-number observations; the normaliser halves the raw ``next_obs`` (the rollout's ``obs`` come normalised).
+    env 0: truncated at t=1 (mid-rollout), its final observation raw 20 -> 10, where the next row's 3 is already a new
+           episode; terminated at t=2 (final observation raw 30, never valued).
+    env 1: truncated at t=2, the rollout's last row: bootstraps from its final observation, raw 14 -> 7.
+    env 2: terminated at t=0 (final observation raw 40, never valued); t=2 is the last row and the episode goes on:
+           bootstraps from next_obs, raw 8 -> 4."""
+    obs = torch.tensor([[1.0, 4.0, 2.0], [2.0, 5.0, 1.0], [3.0, 6.0, 3.0]], dtype=torch.float64)  # V(s_t), [T, N]
+    rewards = torch.tensor([[1.0, 0.5, 1.0], [0.0, 1.0, 1.0], [2.0, -1.0, 1.0]], dtype=torch.float64)
+    next_obs_raw = torch.tensor([[4.0, 10.0, 40.0], [20.0, 12.0, 6.0], [30.0, 14.0, 8.0]], dtype=torch.float64)
+    d = {
+        "next_obs": next_obs_raw.unsqueeze(-1),
+        "terminated": torch.tensor([[F, F, T], [F, F, F], [T, F, F]]),
+        "truncated": torch.tensor([[F, F, F], [T, F, F], [F, T, F]]),
+    }
+    values, advantages, returns = advantages_and_returns(
+        d, torch.nn.Identity(), obs.unsqueeze(-1), lambda x: x / 2, rewards, gamma=0.9, gae_lambda=0.8
+    )
+    # delta_t = r_t + 0.9 V(s'_t) (1 - terminated_t) - V(s_t), with V(s'_t) = V(s_{t+1}) inside an episode:
+    #   env 0: 1 + 0.9 * 2 - 1 = 1.8;   0 + 0.9 * 10 - 2 = 7.0;   2 - 3 = -1.0
+    #   env 1: 0.5 + 0.9 * 5 - 4 = 1.0; 1 + 0.9 * 6 - 5 = 1.4;   -1 + 0.9 * 7 - 6 = -0.7
+    #   env 2: 1 - 2 = -1.0;            1 + 0.9 * 3 - 1 = 2.7;   1 + 0.9 * 4 - 3 = 1.6
+    # A_t = delta_t + 0.72 (1 - done_t) A_{t+1}, from the last row up:
+    #   env 0: A_2 = -1.0; A_1 = 7.0 (truncated: cut); A_0 = 1.8 + 0.72 * 7.0 = 6.84
+    #   env 1: A_2 = -0.7; A_1 = 1.4 + 0.72 * -0.7 = 0.896; A_0 = 1.0 + 0.72 * 0.896 = 1.64512
+    #   env 2: A_2 = 1.6;  A_1 = 2.7 + 0.72 * 1.6 = 3.852;  A_0 = -1.0 (terminated: cut)
+    expected = torch.tensor([[6.84, 1.64512, -1.0], [7.0, 0.896, 3.852], [-1.0, -0.7, 1.6]], dtype=torch.float64)
+    torch.testing.assert_close(values, obs)
+    torch.testing.assert_close(advantages, expected)
+    torch.testing.assert_close(returns, expected + obs)
 
 
 def filled_replay(rows: int, steps: int, terminated_at=(), truncated_at=(), n_step=3, gamma=0.5) -> ReplayBuffer:

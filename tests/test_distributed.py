@@ -164,6 +164,46 @@ def test_parameters_stay_identical_and_normalisers_merge_all_ranks(tmp_path):
         assert zero["return_count"].item() == (step + 1) * 2 * 8 * 32  # the return normaliser merges both ranks
 
 
+# Updates a normaliser on two ranks with batches that are empty on one rank or on both (MAPPO's alive agents).
+EMPTY_BATCH_WORKER = """
+import sys
+import torch
+from rl_suite import distributed
+from rl_suite.networks import RunningNorm
+
+distributed.init("cpu", timeout_s=30)  # a rank that skipped the all-gather would leave the other waiting: an error
+rank, data = distributed.rank(), torch.arange(24.0, dtype=torch.float64).reshape(12, 2) ** 1.5
+sizes = [(0, 0), (0, 5), (3, 4), (0, 0), (0, 0)]  # rows per rank at each update; empty everywhere first and last
+norm, start, states = RunningNorm((2,)), 0, []
+for rows in sizes:
+    mine = data[start + sum(rows[:rank]) : start + sum(rows[: rank + 1])]
+    start += sum(rows)
+    norm.update(mine)
+    states.append((norm.mean.clone(), norm.var.clone(), norm.count.clone()))
+torch.save(states, f"{sys.argv[1]}/rank{rank}.pt")
+distributed.shutdown()
+"""
+
+
+def test_normalisers_merge_ranks_whose_batches_are_empty(tmp_path):
+    (tmp_path / "worker.py").write_text(EMPTY_BATCH_WORKER)
+    result = torchrun("worker.py", tmp_path, cwd=tmp_path, timeout=90)
+    assert result.returncode == 0, result.stdout + result.stderr
+    ranks = [torch.load(tmp_path / f"rank{r}.pt", weights_only=True) for r in range(2)]
+    data = torch.arange(24.0, dtype=torch.float64).reshape(12, 2) ** 1.5
+    seen = [0, 5, 12, 12, 12]  # rows merged, over both ranks, after each update
+    for step, ((mean, var, count), other) in enumerate(zip(*ranks, strict=True)):
+        rows = data[: seen[step]]
+        if len(rows):
+            torch.testing.assert_close(mean, rows.mean(0), rtol=1e-12, atol=1e-12)
+            torch.testing.assert_close(var, rows.var(0, unbiased=False), rtol=1e-12, atol=1e-12)
+        else:  # nothing seen anywhere yet: the initial statistics, not 0 / 0
+            torch.testing.assert_close(mean, torch.zeros(2, dtype=torch.float64))
+            torch.testing.assert_close(var, torch.ones(2, dtype=torch.float64))
+        assert count.item() == len(rows)
+        assert all(torch.equal(a, b) for a, b in zip(other, (mean, var, count), strict=True)), f"update {step}"
+
+
 def test_a_rank_that_dies_ends_the_run_with_an_error(tmp_path):
     (tmp_path / "worker.py").write_text(WORKER)
     started = time.monotonic()

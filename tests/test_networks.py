@@ -67,6 +67,32 @@ def test_running_norm_matches_numpy_over_batches():
     assert set(norm.state_dict()) == {"mean", "var", "count"}  # saved with the policy
 
 
+def test_running_norm_ignores_an_empty_batch():
+    """MAPPO updates its normalisers with the alive agents only, which may be none: the statistics must not change
+    (dividing by a zero count would make them NaN for good), whether or not the normaliser has seen data."""
+    fresh = RunningNorm((4,))
+    fresh.update(torch.zeros(0, 4))
+    assert fresh.count.item() == 0
+    torch.testing.assert_close(fresh.mean, torch.zeros(4, dtype=torch.float64))
+    torch.testing.assert_close(fresh.var, torch.ones(4, dtype=torch.float64))
+
+    data = torch.as_tensor(np.random.default_rng(1).normal(2.0, 3.0, size=(50, 4)), dtype=torch.float32)
+    norm = RunningNorm((4,))
+    norm.update(data[:20])
+    alive = torch.zeros(3, 5, dtype=torch.bool)  # [envs, agents]: nobody alive
+    norm.update(torch.zeros(3, 5, 4)[alive])
+    norm.update(data[20:])
+    norm.update(torch.zeros(0, 2, 4))
+    torch.testing.assert_close(norm.mean, data.double().mean(0))
+    torch.testing.assert_close(norm.var, data.double().var(0, unbiased=False))
+    assert norm.count.item() == 50
+
+    scalar = RunningNorm(())  # the return normaliser's shape
+    scalar.update(torch.tensor([1.0, 3.0]))
+    scalar.update(torch.zeros(0))
+    assert (scalar.mean.item(), scalar.var.item(), scalar.count.item()) == (2.0, 1.0, 2.0)
+
+
 def test_action_scaler_maps_to_the_bounds_and_clips():
     low, high = np.array([-2.0, 0.0], dtype=np.float32), np.array([2.0, 10.0], dtype=np.float32)
     scaler = ActionScaler(gym.spaces.Box(low, high, dtype=np.float32))

@@ -9,7 +9,8 @@ import pytest
 import torch
 
 import rl_suite
-from rl_suite.agents.pql import PQL, project_distribution
+from rl_suite.agents import pql
+from rl_suite.agents.pql import PQL, distributional_target, project_distribution
 from rl_suite.buffers import NStepWindow, ReplayBuffer, transition_spec
 from rl_suite.checkpoint import load_latest, seed_everything
 from rl_suite.concurrency import RateBalancer, WorkerError, overlap_seconds
@@ -84,6 +85,32 @@ def test_projection_conserves_probability_mass():
     shifted_mean = rewards + discount * (next_probs @ support)
     inside = ((rewards + discount * support.min()) >= -10) & ((rewards + discount * support.max()) <= 10)
     torch.testing.assert_close((projected @ support)[inside], shifted_mean[inside], atol=1e-4, rtol=0)
+
+
+def test_the_two_distributional_targets_compute_what_they_say():
+    """Support 0..3, r = 1, d = 0.5, so an atom z goes to 1 + z / 2. Twin distributions p = [.5, .5, 0, 0] (mean 0.5)
+    and q = [0, .5, .5, 0] (mean 1.5), in one order for the first sample and swapped for the second.
+    Phi p: atom 0 -> 1 whole (.5), atom 1 -> 1.5, split .25 / .25 between 1 and 2: [0, .75, .25, 0] (mean 1.25).
+    Phi q: atom 1 -> 1.5 (.25 / .25), atom 2 -> 2 whole (.5): [0, .25, .75, 0] (mean 1.75)."""
+    support = torch.tensor([0.0, 1.0, 2.0, 3.0])
+    p, q = torch.tensor([0.5, 0.5, 0.0, 0.0]), torch.tensor([0.0, 0.5, 0.5, 0.0])
+    next_probs = torch.stack((torch.stack((p, q)), torch.stack((q, p))))  # [twin, sample, atom]
+    rewards, discount = torch.tensor([1.0, 1.0]), torch.tensor([0.5, 0.5])
+
+    lower_mean = distributional_target(next_probs, rewards, discount, support, "lower_mean")
+    # the twin with the lower mean is p in both samples, whichever critic holds it
+    torch.testing.assert_close(lower_mean, torch.tensor([[0.0, 0.75, 0.25, 0.0]] * 2))
+
+    elementwise = distributional_target(next_probs, rewards, discount, support, "elementwise_min")
+    # min([0, .75, .25, 0], [0, .25, .75, 0]) atom by atom, unnormalised (mass 0.5, as in the reference code)
+    torch.testing.assert_close(elementwise, torch.tensor([[0.0, 0.25, 0.25, 0.0]] * 2))
+    # renormalised, its mean (1.5) lies halfway between the twins' (1.25 and 1.75), not at the lower one
+    torch.testing.assert_close(elementwise @ support / elementwise.sum(-1), torch.tensor([1.5, 1.5]))
+
+
+def test_unknown_distributional_target_is_refused():
+    with pytest.raises(ValueError, match="distributional_target must be 'lower_mean' or 'elementwise_min', got 'min'"):
+        build(distributional=True, distributional_target="min")
 
 
 # -- the actor's n-step transitions -------------------------------------------------------------------------------
@@ -254,10 +281,21 @@ def test_an_interrupted_run_parks_its_workers_for_a_last_checkpoint_and_stops_th
     assert resumed.balancer.counts == counts
 
 
-def test_distributional_critics_learn_finite_values(tmp_path):
-    agent, env = build(distributional=True, v_min=-200.0, v_max=0.0, num_atoms=21, concurrent=False)
+@pytest.mark.parametrize("target", ["lower_mean", "elementwise_min"])
+def test_distributional_critics_learn_finite_values(tmp_path, monkeypatch, target):
+    used = []
+
+    def recording_target(*args):
+        used.append(args[-1])
+        return distributional_target(*args)
+
+    monkeypatch.setattr(pql, "distributional_target", recording_target)
+    agent, env = build(
+        distributional=True, distributional_target=target, v_min=-200.0, v_max=0.0, num_atoms=21, concurrent=False
+    )
     Runner(agent, env, run_config(total_steps=1024, eval_episodes=0), run_dir=tmp_path).run()
     assert agent.balancer.counts["critic"] > 0
+    assert set(used) == {target} and len(used) == agent.balancer.counts["critic"]
     obs = torch.randn(32, 3)
     logits = agent.critic(obs, agent.policy(obs))
     assert logits.shape == (2, 32, 21) and torch.isfinite(logits).all()
