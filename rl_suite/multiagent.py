@@ -12,7 +12,8 @@ A ``MultiAgentVecEnv`` is a ``VecEnv`` with an agent axis. With ``N = num_envs``
       centralised critics and mixers; ``global_state_space`` is ``Box((S,))``.
     - ``avail_actions`` and ``final_avail_actions``, bool ``[N, A, n]`` (discrete actions only): which actions
       each agent may take. A dead agent may take only its no-op.
-    - ``alive`` bool ``[N, A]``: agents that still act (death masking leaves the others out of learning).
+    - ``alive`` bool ``[N, A]``: agents that still act, and ``final_alive`` (before resets); see MAPPO's death
+      masking for how learners treat the others.
     - ``agent_reward`` ``[N, A]``, where the task rewards agents separately (predator and prey, say).
     - ``won`` bool ``[N]``, where the task has a winner: true for episodes that ended in this step with a win.
 - The current ``global_state``, ``avail_actions`` and ``alive`` are also properties of the env (buffers that the
@@ -27,7 +28,7 @@ actions, ``avail_actions``) and carry a memory between steps (recurrent hidden s
     actions, extras, memory = agent.act(inputs, memory, deterministic=False)
 
 The collector zeroes the memory of environments whose episode ended, and writes every transition, with the
-inputs and ``next_global_state`` / ``next_avail_actions``, into the agent's buffer.
+inputs and ``next_global_state`` / ``next_alive`` / ``next_avail_actions``, into the agent's buffer.
 """
 
 from __future__ import annotations
@@ -158,7 +159,8 @@ class MultiAgentVecEnv(VecEnv):
 
     def _step_info(self) -> dict[str, torch.Tensor]:
         info = super()._step_info()
-        info.update(global_state=self._global_state, final_global_state=self._final_global_state, alive=self._alive)
+        info.update(global_state=self._global_state, final_global_state=self._final_global_state)
+        info.update(alive=self._alive, final_alive=self._final_alive)
         if self._avail is not None:
             info.update(avail_actions=self._avail, final_avail_actions=self._final_avail)
         if self._agent_reward is not None:
@@ -236,7 +238,7 @@ class MultiAgentCollector:
             actions, extras, self.memory = self.agent.act(self.inputs, self.memory)
             next_obs, reward, terminated, truncated, info = self.env.step(actions)
             fields = {key: value for key, value in self.inputs.items() if key != "obs"}
-            fields["next_global_state"] = info["final_global_state"]
+            fields["next_global_state"], fields["next_alive"] = info["final_global_state"], info["final_alive"]
             if "final_avail_actions" in info:
                 fields["next_avail_actions"] = info["final_avail_actions"]
             if "agent_reward" in info:
