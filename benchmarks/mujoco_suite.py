@@ -1,19 +1,24 @@
 """PPO and SAC on MuJoCo tasks: rl-suite against stable-baselines3 under the same wall-clock budget.
 
 Each run trains for ``--minutes`` of wall-clock (evaluations included) and then evaluates its final deterministic
-policy over 10 episodes. Runs go two at a time, each pinned to its own core with one torch thread, and the two
-libraries run the same algorithm side by side, so both see the same machine load.
+policy over 10 episodes. The two libraries run the same algorithm and seed side by side, each pinned to its own core
+with one torch thread, so both see the same machine load; the seeds (``--seeds``, default 0 1 2) run one after
+another. A full run therefore takes tasks x algorithms x seeds x ``--minutes`` (the script prints its estimate
+first): 1 x 2 x 3 x 15 min = 90 min by default.
 
 - rl-suite runs the settings shipped in ``agents/hyperparams/{ppo,sac}.yaml`` on our batched MuJoCo envs.
 - stable-baselines3 runs rl-zoo3's tuned HalfCheetah settings (SAC: defaults with ``learning_starts=10000``;
   PPO: VecNormalize, 512-step rollouts, batch 64, 20 epochs, lr 2.06e-5, clip 0.1, ReLU 256x256, log-std -2)
   on one gymnasium env, as rl-zoo3 does.
 
-    python benchmarks/mujoco_suite.py [--tasks HalfCheetah-v5 ...] [--algos ppo sac] [--minutes 15] [--seeds 0]
+    python benchmarks/mujoco_suite.py [--tasks HalfCheetah-v5 ...] [--algos ppo sac] [--minutes 15] [--seeds 0 1 2]
+        [--results-dir benchmarks/results]
 
-Writes ``benchmarks/results/mujoco_suite.{md,csv}`` (final returns), ``mujoco_suite_curves.csv`` (every
-evaluation: env steps, wall-clock, mean return) and ``mujoco_suite_<task>.png`` (return against env steps and
-against wall-clock), with the machine it ran on.
+Writes into ``--results-dir``: ``mujoco_suite.md`` (per library and algorithm, the final return as mean ± std over
+seeds and the best seed; the goal's verdict; a uniformly random policy's return on the same evaluation; every run),
+``mujoco_suite.csv`` (one row per run), ``mujoco_suite_curves.csv`` (every evaluation: env steps, wall-clock, mean
+return) and ``mujoco_suite_<task>.png`` (return against env steps and against wall-clock), with the machine it ran
+on.
 """
 
 from __future__ import annotations
@@ -31,8 +36,20 @@ import time
 
 import numpy as np
 import torch
+from common import (
+    add_seed_arguments,
+    best_of,
+    check_seed_arguments,
+    count,
+    mean_std,
+    over_seeds,
+    random_policy_evaluation,
+    seeds_line,
+    verdict,
+    wall_clock_estimate,
+)
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+GOAL_RATIO = 1.5  # the issue's goal: rl-suite's best algorithm at least 1.5x SB3's best, at equal wall-clock
 EVAL_EPISODES = 10
 EVAL_EVERY = {"ppo": 100_000, "sac": 20_000}  # env steps, for both libraries
 
@@ -196,32 +213,10 @@ def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
     plt.close(figure)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"])
-    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
-    parser.add_argument("--libs", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"])
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0])
-    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
-    parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--lib", help=argparse.SUPPRESS)
-    parser.add_argument("--algo", help=argparse.SUPPRESS)
-    parser.add_argument("--task", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
-    args = parser.parse_args()
-    if args.worker:
-        worker(args)
-        return
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-    from env_throughput import machine
-
-    RESULTS.mkdir(exist_ok=True)
+def run_all(args) -> list[dict]:
+    """Every (task, algorithm, seed), one round at a time; a round runs every library at once, each on its own core."""
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
-        # a round runs one (task, algo, seed) for every library at once, each on its own core
         for task in args.tasks:
             for algo in args.algos:
                 for seed in args.seeds:
@@ -241,16 +236,40 @@ def main() -> None:
                             f"{run['final_return']:.0f} after {run['env_steps']:,} env steps",
                             flush=True,
                         )
+    return rows
 
-    suffix = args.suffix
+
+def library_name(lib: str) -> str:
+    return "rl-suite" if lib == "ours" else "stable-baselines3"
+
+
+def goal_line(task: str, final: dict[tuple[str, str], float]) -> str:
+    """The goal's verdict from the mean final returns of each (library, algorithm) on ``task``."""
+    ours = max((mean, algo) for (lib, algo), mean in final.items() if lib == "ours")
+    sb3 = max((mean, algo) for (lib, algo), mean in final.items() if lib == "sb3")
+    compared = (
+        f"{task}: rl-suite's best algorithm ({ours[1].upper()}, {ours[0]:,.0f}) against SB3's best "
+        f"({sb3[1].upper()}, {sb3[0]:,.0f}), mean final returns over seeds"
+    )
+    if sb3[0] <= 0:
+        return f"{compared}: no ratio (SB3's mean is not positive); goal (at least {GOAL_RATIO}x): missed."
+    ratio = ours[0] / sb3[0]
+    return f"{compared}: {ratio:.2f}x; goal (at least {GOAL_RATIO}x): {verdict(ratio >= GOAL_RATIO)}."
+
+
+def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> None:
+    from env_throughput import machine
+
+    directory, suffix = args.results_dir, args.suffix
+    directory.mkdir(parents=True, exist_ok=True)
     command = "python benchmarks/mujoco_suite.py " + " ".join(sys.argv[1:])
-    with open(RESULTS / f"mujoco_suite_curves{suffix}.csv", "w", newline="") as file:
+    with open(directory / f"mujoco_suite_curves{suffix}.csv", "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["task", "lib", "algo", "seed", "env_steps", "wall_time_s", "mean_return"])
         for run in rows:
             for point in run["curve"]:
                 writer.writerow([run["task"], run["lib"], run["algo"], run["seed"], *point.values()])
-    with open(RESULTS / f"mujoco_suite{suffix}.csv", "w", newline="") as file:
+    with open(directory / f"mujoco_suite{suffix}.csv", "w", newline="") as file:
         writer = csv.writer(file)
         writer.writerow(["task", "lib", "algo", "seed", "minutes", "env_steps", "final_return"])
         for run in rows:
@@ -272,29 +291,76 @@ def main() -> None:
         f"{datetime.date.today()}, `{command}`",
         "",
         f"Machine: {machine()}. Each run is pinned to one core with one torch thread; the two libraries run the",
-        f"same algorithm side by side. Budget: {args.minutes:g} minutes of wall-clock per run, evaluations included;",
-        f"final return: mean over {EVAL_EPISODES} deterministic episodes. Curves: mujoco_suite_curves{suffix}.csv and",
-        "mujoco_suite_<task>.png.",
+        f"same algorithm and seed side by side. Budget: {args.minutes:g} minutes of wall-clock per run, evaluations",
+        f"included; final return: mean over {EVAL_EPISODES} deterministic episodes. Curves:",
+        f"mujoco_suite_curves{suffix}.csv and mujoco_suite_<task>{suffix}.png.",
         "",
-        "| task | library | algorithm | env steps | final return (mean over seeds) |",
-        "| --- | --- | --- | ---: | ---: |",
+        seeds_line(args.seeds),
+        "",
+        "| task | library | algorithm | env steps (mean) | final return (mean ± std) | best (seed k) |",
+        "| --- | --- | --- | ---: | ---: | ---: |",
     ]
+    goals = []
     for task in args.tasks:
-        best = {}
+        final = {}
         for lib in args.libs:
             for algo in args.algos:
                 runs = [r for r in rows if (r["task"], r["lib"], r["algo"]) == (task, lib, algo)]
-                final = float(np.mean([r["final_return"] for r in runs]))
+                stats = over_seeds({r["seed"]: r["final_return"] for r in runs})
+                final[lib, algo] = stats.mean
                 steps = int(np.mean([r["env_steps"] for r in runs]))
-                best[lib] = max(best.get(lib, -np.inf), final)
-                name = "rl-suite" if lib == "ours" else "stable-baselines3"
-                lines.append(f"| {task} | {name} | {algo.upper()} | {steps:,} | {final:.0f} |")
-        if {"ours", "sb3"} <= set(best):
-            ratio = best["ours"] / best["sb3"] if best["sb3"] > 0 else float("nan")
-            lines += ["", f"{task}: best of rl-suite / best of SB3 = **{ratio:.2f}x** (goal: at least 1.5x)", ""]
-        plot(rows, task, RESULTS / f"mujoco_suite_{task.split('-')[0]}{suffix}.png")
-    (RESULTS / f"mujoco_suite{suffix}.md").write_text("\n".join(lines) + "\n")
+                lines.append(
+                    f"| {task} | {library_name(lib)} | {algo.upper()} | {steps:,} | {mean_std(stats)} | "
+                    f"{best_of(stats)} |"
+                )
+        if {"ours", "sb3"} <= set(args.libs):
+            goals.append(goal_line(task, final))
+        goals.append(
+            f"{task}: a uniformly random policy gets {random_returns[task]:,.0f} on the same {EVAL_EPISODES} "
+            "evaluation episodes."
+        )
+        plot(rows, task, directory / f"mujoco_suite_{task.split('-')[0]}{suffix}.png")
+    lines += ["", *goals, "", "## Every run", "", "| task | library | algorithm | seed | env steps | final return |"]
+    lines.append("| --- | --- | --- | ---: | ---: | ---: |")
+    for run in rows:
+        lines.append(
+            f"| {run['task']} | {library_name(run['lib'])} | {run['algo'].upper()} | {run['seed']} | "
+            f"{run['env_steps']:,} | {run['final_return']:,.0f} |"
+        )
+    (directory / f"mujoco_suite{suffix}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"])
+    parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
+    parser.add_argument("--libs", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"])
+    add_seed_arguments(parser)
+    parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
+    parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--lib", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", help=argparse.SUPPRESS)
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    check_seed_arguments(parser, args)
+    rounds = len(args.tasks) * len(args.algos) * len(args.seeds)
+    parts = f"{count(args.tasks, 'task')} x {count(args.algos, 'algorithm')} x {count(args.seeds, 'seed')}"
+    libraries = f"{count(args.libs, 'library')} side by side in each"
+    print(wall_clock_estimate(rounds, args.minutes, f"{parts}; {libraries}", "start-up and final evaluations"))
+
+    random_returns = {
+        task: random_policy_evaluation(task, EVAL_EPISODES, args.seeds[0], nthread=1)["mean_return"]
+        for task in args.tasks
+    }
+    rows = run_all(args)
+    write_results(rows, args, random_returns)
 
 
 if __name__ == "__main__":

@@ -8,14 +8,17 @@ step of one environment (all of its agents). The table reports the ratios, which
 ``--part training``: MAPPO, IPPO (MAPPO with a critic on each agent's own observation) and QMIX, each with its
 shipped settings (``agents/hyperparams/{mappo,qmix}.yaml``), on Spread-v0 and the 3m, 8m and 2s3z skirmishes, under
 the same wall-clock budget per run (``--minutes``, evaluations included), one run at a time in its own process with
-the whole machine. Each evaluation is 100 episodes of the deterministic (greedy) policies.
+the whole machine, for every seed (``--seeds``, default 0 1 2). Each evaluation is 100 episodes of the deterministic
+(greedy) policies. The table gives each method's final evaluation as mean ± std over seeds beside its best seed, and
+what uniformly random play gets on the same evaluation. Training takes tasks x methods x seeds x ``--minutes``
+(printed first): 4 x 3 x 3 x 3 min = 108 min with ``--minutes 3``.
 
     python benchmarks/multiagent.py [--part throughput|training|all] [--seconds 2] [--num-envs 1 64 1024 4096]
-    python benchmarks/multiagent.py --part training [--minutes 2] [--tasks Spread-v0 Skirmish-3m-v0 ...]
+    python benchmarks/multiagent.py --part training [--minutes 2] [--seeds 0 1 2] [--tasks Spread-v0 ...]
     python benchmarks/multiagent.py --quick   # a smoke run with tiny durations; writes into a temporary folder
 
-Writes ``benchmarks/results/multiagent_throughput.{csv,md}`` and ``multiagent_training.{csv,md,png}`` (learning
-curves against env steps and wall-clock) with the machine they ran on.
+Writes ``multiagent_throughput.{csv,md}`` and ``multiagent_training.{csv,md,png}`` (learning curves against env steps
+and wall-clock) into ``--results-dir`` (default ``benchmarks/results``), with the machine they ran on.
 """
 
 from __future__ import annotations
@@ -32,11 +35,22 @@ import time
 
 import numpy as np
 import torch
+from common import (
+    RESULTS,
+    add_seed_arguments,
+    best_of,
+    check_seed_arguments,
+    count,
+    mean_std,
+    over_seeds,
+    random_policy_evaluation,
+    seeds_line,
+    wall_clock_estimate,
+)
 
 from rl_suite.envs.multiagent.mpe import Spread
 from rl_suite.throughput import steps_per_second
 
-RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 NUM_ENVS = (1, 64, 1024, 4096)
 MPE2_MAX_ENVS = 1024  # mpe2 steps one Python environment at a time; beyond this a figure takes minutes
 
@@ -45,8 +59,6 @@ def machine() -> str:
     """The machine line of env_throughput.py, with the versions of the multi-agent peer."""
     import mpe2
     import pettingzoo
-
-    sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
     from env_throughput import machine as base_machine
 
     return f"{base_machine()}, mpe2 {getattr(mpe2, '__version__', '?')}, pettingzoo {pettingzoo.__version__}"
@@ -117,7 +129,7 @@ def throughput(num_envs=NUM_ENVS, seconds: float = 2.0, mpe2_max_calls: int | No
 
 
 def write_throughput(rows: list[dict], command: str, directory: pathlib.Path = RESULTS) -> None:
-    directory.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "multiagent_throughput.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
@@ -187,6 +199,16 @@ def first(curve: list[dict], key: str, target: float, field: str) -> float | Non
     return next((p[field] for p in curve if p.get(key) is not None and p[key] >= target), None)
 
 
+def metric_of(task: str) -> tuple[str, str, str]:
+    """What a task's table reports: (curve field, its name, its format)."""
+    return ("mean_return", "return", "{:.2f}") if task == "Spread-v0" else ("win_rate", "win rate", "{:.0%}")
+
+
+def reached_90(curve: list[dict]) -> tuple[int | None, float | None]:
+    """Env steps and seconds at the first evaluation that won at least 90% of the battles."""
+    return first(curve, "win_rate", 0.9, "env_steps"), first(curve, "win_rate", 0.9, "wall_time_s")
+
+
 def plot_training(rows: list[dict], tasks, path: pathlib.Path) -> None:
     import matplotlib
 
@@ -195,18 +217,20 @@ def plot_training(rows: list[dict], tasks, path: pathlib.Path) -> None:
 
     figure, axes = plt.subplots(2, len(tasks), figsize=(4.2 * len(tasks), 7), squeeze=False)
     for column, task in enumerate(tasks):
-        metric = "mean_return" if task == "Spread-v0" else "win_rate"
+        metric = metric_of(task)[0]
         for row in (r for r in rows if r["task"] == task):
             values = [p[metric] for p in row["curve"]]
-            axes[0, column].plot([p["env_steps"] / 1e3 for p in row["curve"]], values, marker=".", label=row["method"])
-            axes[1, column].plot([p["wall_time_s"] for p in row["curve"]], values, marker=".", label=row["method"])
+            style = dict(marker=".", color=f"C{list(METHODS).index(row['method'])}")
+            label = f"{row['method']} (seed {row['seed']})"
+            axes[0, column].plot([p["env_steps"] / 1e3 for p in row["curve"]], values, label=label, **style)
+            axes[1, column].plot([p["wall_time_s"] for p in row["curve"]], values, label=label, **style)
         axes[0, column].set_title(task)
         axes[0, column].set_xlabel("env steps (thousands)")
         axes[1, column].set_xlabel("wall-clock (s)")
         for axis in axes[:, column]:
             axis.set_ylabel("mean evaluation return" if metric == "mean_return" else "evaluation win rate")
             axis.grid(alpha=0.3)
-            axis.legend()
+            axis.legend(fontsize=7)
     figure.tight_layout()
     figure.savefig(path, dpi=100)
     plt.close(figure)
@@ -214,21 +238,29 @@ def plot_training(rows: list[dict], tasks, path: pathlib.Path) -> None:
 
 def training(args) -> list[dict]:
     """Every method on every task, one at a time, each in a fresh process; writes the curves and the table."""
+    runs = len(args.tasks) * len(args.methods) * len(args.seeds)
+    parts = f"{count(args.tasks, 'task')} x {count(args.methods, 'method')} x {count(args.seeds, 'seed')}"
+    estimate = wall_clock_estimate(runs, args.minutes, f"{parts}, one at a time", "start-up and final evaluations")
+    print(estimate, flush=True)
     rows: list[dict] = []
     seconds = args.minutes * 60
     with tempfile.TemporaryDirectory() as scratch:
         for task in args.tasks:
             for method in args.methods:
                 algo, overrides = METHODS[method]
-                out = pathlib.Path(scratch) / "run.json"
-                job = dict(algo=algo, task=task, seed=args.seed, seconds=seconds, overrides=overrides, out=str(out))
-                subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], check=True)
-                row = {**json.loads(out.read_text()), "task": task, "method": method}
-                rows.append(row)
-                last = row["curve"][-1]
-                print(f"{task} {method}: {row['env_steps']:,} env steps, last evaluation {last}", flush=True)
+                for seed in args.seeds:
+                    out = pathlib.Path(scratch) / "run.json"
+                    job = dict(algo=algo, task=task, seed=seed, seconds=seconds, overrides=overrides, out=str(out))
+                    subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], check=True)
+                    row = {**json.loads(out.read_text()), "task": task, "method": method, "seed": seed}
+                    rows.append(row)
+                    last = row["curve"][-1]
+                    print(
+                        f"{task} {method} seed {seed}: {row['env_steps']:,} env steps, last evaluation {last}",
+                        flush=True,
+                    )
     if not args.quick:
-        write_training(rows, args)
+        write_training(rows, args, args.results_dir)
     return rows
 
 
@@ -245,14 +277,30 @@ def scripted_win_rates(task: str, episodes: int = 1000) -> dict[str, float]:
     }
 
 
+def references(tasks, seed: int) -> list[str]:
+    """What play that learned nothing gets: one line per task."""
+    lines = []
+    for task in tasks:
+        random_play = random_policy_evaluation(task, EVAL_EPISODES, seed)
+        line = f"- {task}: random play, return {random_play['mean_return']:.2f}"
+        if "win_rate" in random_play:
+            rates = scripted_win_rates(task)
+            line += (
+                f", win rate {random_play['win_rate']:.0%}; over 1000 battles: random {rates['random']:.1%}, "
+                f"focus fire {rates['focus fire']:.1%}"
+            )
+        lines.append(line)
+    return lines
+
+
 def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) -> None:
-    directory.mkdir(exist_ok=True)
+    directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "multiagent_training.csv", "w", newline="") as file:
         writer = csv.writer(file)
-        writer.writerow(["task", "method", "env_steps", "wall_time_s", "mean_return", "win_rate"])
+        writer.writerow(["task", "method", "seed", "env_steps", "wall_time_s", "mean_return", "win_rate"])
         for row in rows:
             for p in row["curve"]:
-                writer.writerow([row["task"], row["method"], p["env_steps"], round(p["wall_time_s"], 1),
+                writer.writerow([row["task"], row["method"], row["seed"], p["env_steps"], round(p["wall_time_s"], 1),
                                  round(p["mean_return"], 3), p.get("win_rate", "")])  # fmt: skip
     plot_training(rows, args.tasks, directory / "multiagent_training.png")
     command = "python benchmarks/multiagent.py " + " ".join(sys.argv[1:])
@@ -261,35 +309,59 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) ->
         "",
         f"Machine: {machine()}.",
         f"Run: `{command}` on {datetime.date.today()}: {args.minutes:g} minutes of wall-clock per run (evaluations "
-        f"included), seed {args.seed}, shipped settings, one run at a time. Evaluations: {EVAL_EPISODES} episodes of "
-        "the greedy policies.",
+        f"included), shipped settings, one run at a time. Evaluations: {EVAL_EPISODES} episodes of the greedy "
+        "policies; final: the last evaluation; peak: the best evaluation during training.",
         "",
-        "For reference, win rates over 1000 battles of uniformly random available actions and of a scripted focus-fire "
-        "policy (every living ally attacks the weakest enemy in range, else walks toward the nearest):",
+        seeds_line(args.seeds),
         "",
+        f"For reference, uniformly random available actions on the same evaluation ({EVAL_EPISODES} episodes, the "
+        f"evaluation seed of seed {args.seeds[0]}), and on the skirmishes the win rates over 1000 battles of random "
+        "play and of a scripted focus-fire policy (every living ally attacks the weakest enemy in range, else walks "
+        "toward the nearest):",
+        "",
+        *references(args.tasks, args.seeds[0]),
+        "",
+        "| task | method | env steps (mean) | final (mean ± std) | best (seed k) | peak (mean ± std) "
+        "| 90% wins reached |",
+        "|---|---|---:|---:|---:|---:|---|",
     ]
-    for task in (t for t in args.tasks if t.startswith("Skirmish")):
-        rates = scripted_win_rates(task)
-        lines.append(f"- {task}: random {rates['random']:.1%}, focus fire {rates['focus fire']:.1%}")
+    for task in args.tasks:
+        field, name, fmt = metric_of(task)
+        for method in args.methods:
+            runs = [r for r in rows if (r["task"], r["method"]) == (task, method)]
+            final = over_seeds({r["seed"]: r["curve"][-1][field] for r in runs})
+            peak = over_seeds({r["seed"]: max(p[field] for p in r["curve"]) for r in runs})
+            steps = sum(r["env_steps"] for r in runs) // len(runs)
+            reached = "-"
+            if field == "win_rate":
+                hits = [hit for hit in (reached_90(r["curve"]) for r in runs) if hit[0] is not None]
+                reached = f"on {len(hits)} of {len(runs)} seeds"
+                if hits:
+                    mean_steps, mean_wall = (sum(h[i] for h in hits) / len(hits) for i in (0, 1))
+                    reached += f", after {mean_steps:,.0f} env steps, {mean_wall:.0f} s (mean of those)"
+            lines.append(
+                f"| {task} | {method} | {steps:,} | {name} {mean_std(final, fmt)} | {best_of(final, fmt)} | "
+                f"{mean_std(peak, fmt)} | {reached} |"
+            )
     lines += [
         "",
-        "| task | method | env steps | final | best | env steps to 90% wins | seconds to 90% wins |",
-        "|---|---|---:|---:|---:|---:|---:|",
+        "## Every run",
+        "",
+        "| task | method | seed | env steps | final | peak | env steps to 90% wins | seconds to 90% wins |",
+        "|---|---|---:|---:|---:|---:|---:|---:|",
     ]
     for row in rows:
+        field, name, fmt = metric_of(row["task"])
         curve = row["curve"]
-        if row["task"] == "Spread-v0":
-            final, best = f"return {curve[-1]['mean_return']:.2f}", f"{max(p['mean_return'] for p in curve):.2f}"
-            steps = wall = "-"
-        else:
-            final = f"win rate {curve[-1]['win_rate']:.0%}"
-            best = f"{max(p['win_rate'] for p in curve):.0%}"
-            reached_steps = first(curve, "win_rate", 0.9, "env_steps")
-            reached_wall = first(curve, "win_rate", 0.9, "wall_time_s")
+        final, peak = fmt.format(curve[-1][field]), fmt.format(max(p[field] for p in curve))
+        steps = wall = "-"
+        if field == "win_rate":
+            reached_steps, reached_wall = reached_90(curve)
             steps = "not reached" if reached_steps is None else f"{reached_steps:,}"
             wall = "not reached" if reached_wall is None else f"{reached_wall:.0f}"
         lines.append(
-            f"| {row['task']} | {row['method']} | {row['env_steps']:,} | {final} | {best} | {steps} | {wall} |"
+            f"| {row['task']} | {row['method']} | {row['seed']} | {row['env_steps']:,} | {name} {final} | {peak} | "
+            f"{steps} | {wall} |"
         )
     lines += ["", "Curves: `multiagent_training.csv`, `multiagent_training.png`."]
     (directory / "multiagent_training.md").write_text("\n".join(lines) + "\n")
@@ -305,8 +377,8 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=2.0, help="wall-clock budget of each training run")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--quick", action="store_true", help="tiny durations, a smoke test; writes no results")
+    add_seed_arguments(parser)
+    parser.add_argument("--quick", action="store_true", help="tiny durations, 2 seeds, a smoke test; writes no results")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON: one training run, in this process
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
@@ -315,6 +387,7 @@ def main() -> None:
         result = train_one(job["algo"], job["task"], job["seed"], job["seconds"], job["overrides"])
         pathlib.Path(job["out"]).write_text(json.dumps(result))
         return
+    check_seed_arguments(parser, args)
     if args.part in ("throughput", "all"):
         if args.quick:  # exercise every path, writing into a temporary folder
             rows = throughput(num_envs=(1, 64), seconds=0.05, mpe2_max_calls=2)
@@ -326,10 +399,10 @@ def main() -> None:
             command = "python benchmarks/multiagent.py --part throughput"
             if args.seconds != 2.0:
                 command += f" --seconds {args.seconds:g}"
-            write_throughput(rows, command)
+            write_throughput(rows, command, args.results_dir)
     if args.part in ("training", "all"):
         if args.quick:
-            args.minutes, args.tasks = 0.1, ["Spread-v0", "Skirmish-3m-v0"]
+            args.minutes, args.tasks, args.seeds = 0.1, ["Spread-v0", "Skirmish-3m-v0"], args.seeds[:2]
         rows = training(args)
         if args.quick:
             with tempfile.TemporaryDirectory() as folder:

@@ -1,0 +1,185 @@
+"""What the benchmarks that report returns share: their seeds, where their results go, statistics over seeds, a
+random policy's return on the same evaluation, and what a full rerun costs in wall-clock.
+
+Each of them runs at least three seeds by default, one run after another, and reports every final evaluation as
+mean ± standard deviation over seeds. The best seed's value stands beside the mean, labelled with its seed, and
+never in place of it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import sys
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+RESULTS = pathlib.Path(__file__).resolve().parent / "results"
+DEFAULT_SEEDS = (0, 1, 2)
+MIN_PUBLISHED_SEEDS = 3  # fewer seeds make a smoke test, not a result
+EVAL_SEED_OFFSET = 1_000_003  # rl_suite/runner.py evaluates on the run's seed plus this
+
+
+# -- command line ---------------------------------------------------------------------------------------------------
+
+
+def add_seed_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--seeds`` (default 0 1 2) and ``--results-dir`` (default benchmarks/results)."""
+    parser.add_argument(
+        "--seeds",
+        nargs="+",
+        type=int,
+        default=list(DEFAULT_SEEDS),
+        help=f"one run per seed, one after another (at least {MIN_PUBLISHED_SEEDS} for published numbers)",
+    )
+    parser.add_argument(
+        "--results-dir",
+        type=pathlib.Path,
+        default=RESULTS,
+        help="where the result files are written (default: benchmarks/results)",
+    )
+
+
+def check_seed_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    """Refuse repeated or negative seeds; warn when there are too few for a published number."""
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds repeats a seed ({' '.join(map(str, args.seeds))}): each seed is one run")
+    if min(args.seeds) < 0:
+        parser.error(f"--seeds must be non-negative integers, got {' '.join(map(str, args.seeds))}")
+    if len(args.seeds) < MIN_PUBLISHED_SEEDS:
+        print(
+            f"note: {len(args.seeds)} seed(s); a published number needs at least {MIN_PUBLISHED_SEEDS}",
+            file=sys.stderr,
+        )
+
+
+def count(items, noun: str) -> str:
+    """``3 seeds``, ``1 task``, ``2 libraries``: ``items`` is a number or a collection to count."""
+    n = items if isinstance(items, int) else len(items)
+    plural = noun[:-1] + "ies" if noun.endswith("y") else noun + "s"
+    return f"{n} {noun if n == 1 else plural}"
+
+
+def duration(minutes: float) -> str:
+    """``45 min`` or ``4 h 30 min``."""
+    if minutes < 90:
+        return f"{minutes:.0f} min" if minutes >= 1 else f"{minutes * 60:.0f} s"
+    hours, rest = divmod(round(minutes), 60)
+    return f"{hours} h {rest:02d} min"
+
+
+def wall_clock_estimate(runs: int, minutes_per_run: float, parts: str, extra: str = "") -> str:
+    """The line each benchmark prints at its start: how long the whole invocation takes, at the least."""
+    total = duration(runs * minutes_per_run)
+    line = f"Estimated wall-clock: {count(runs, 'run')} ({parts}) x {minutes_per_run:.3g} min = {total}"
+    return line + (f", plus {extra}" if extra else "") + "."
+
+
+# -- statistics over seeds -------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class OverSeeds:
+    """One quantity measured once per seed (higher is better): its mean, standard deviation and best seed."""
+
+    mean: float
+    std: float
+    """Sample standard deviation (n - 1 in the denominator); NaN for one seed."""
+    best: float
+    best_seed: int
+    n: int
+
+
+def over_seeds(by_seed: dict[int, float]) -> OverSeeds:
+    """Summarise ``{seed: value}``; ties for the best go to the seed listed first."""
+    if not by_seed:
+        raise ValueError("over_seeds needs at least one seed's value")
+    seeds, values = list(by_seed), np.array([float(v) for v in by_seed.values()])
+    best = int(np.argmax(values))
+    std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
+    return OverSeeds(float(values.mean()), std, float(values[best]), seeds[best], len(values))
+
+
+def mean_std(stats: OverSeeds, fmt: str = "{:,.0f}") -> str:
+    """``6,708 ± 312``; ``6,708 (1 seed)`` when there is no spread to give."""
+    if stats.n == 1:
+        return f"{fmt.format(stats.mean)} (1 seed)"
+    return f"{fmt.format(stats.mean)} ± {fmt.format(stats.std)}"
+
+
+def best_of(stats: OverSeeds, fmt: str = "{:,.0f}") -> str:
+    """``7,020 (seed 2)``: for a column headed ``best (seed k)``."""
+    return f"{fmt.format(stats.best)} (seed {stats.best_seed})"
+
+
+def seeds_line(seeds: list[int]) -> str:
+    """The sentence under each table's heading that says where its numbers come from."""
+    line = (
+        f"Seeds: {', '.join(map(str, seeds))} ({len(seeds)} run{'s' if len(seeds) > 1 else ''} per row, one after "
+        "another). Each summary cell is the mean ± standard deviation over seeds (n - 1) of the runs' final "
+        "evaluations; *best (seed k)* is the single best seed, shown beside the mean, not in place of it."
+    )
+    if len(seeds) < MIN_PUBLISHED_SEEDS:
+        line += f" Fewer than {MIN_PUBLISHED_SEEDS} seeds: a smoke test, not a result."
+    return line
+
+
+def verdict(met: bool) -> str:
+    return "met" if met else "missed"
+
+
+# -- what a policy that learned nothing gets -------------------------------------------------------------------------
+
+
+class UniformRandomAgent:
+    """Uniformly random actions (in multi-agent tasks, among the available ones), answering the runner's evaluation
+    through the same calls as a trained agent; ``deterministic`` is ignored."""
+
+    def __init__(self, env, seed: int):
+        from rl_suite.multiagent import is_multiagent
+
+        self.env, self.multiagent = env, is_multiagent(env)
+        self.generator = torch.Generator(device=env.device).manual_seed(seed)
+        space = env.agent_action_space if self.multiagent else env.action_space
+        if not self.multiagent and not hasattr(space, "n") and not np.isfinite([space.low, space.high]).all():
+            raise ValueError(f"a uniformly random policy needs a bounded action space, got {space}")
+
+    def initial_memory(self, num_envs: int) -> dict:
+        return {}
+
+    def act(self, obs, memory=None, deterministic: bool = True):
+        if self.multiagent:
+            return self._multiagent_actions(obs), {}, memory
+        return self._sample(self.env.action_space, (self.env.num_envs,)), {}
+
+    def _multiagent_actions(self, inputs: dict[str, torch.Tensor]) -> torch.Tensor:
+        env = self.env
+        if "avail_actions" not in inputs:
+            return self._sample(env.agent_action_space, (env.num_envs, env.num_agents))
+        probs = inputs["avail_actions"].flatten(0, 1).float()
+        return torch.multinomial(probs, 1, generator=self.generator).view(env.num_envs, env.num_agents)
+
+    def _sample(self, space, batch: tuple[int, ...]) -> torch.Tensor:
+        device = self.env.device
+        if hasattr(space, "n"):
+            return torch.randint(int(space.n), batch, generator=self.generator, device=device)
+        low, high = (torch.as_tensor(bound, dtype=torch.float32, device=device) for bound in (space.low, space.high))
+        uniform = torch.rand((*batch, *space.shape), generator=self.generator, device=device)
+        return low + (high - low) * uniform
+
+
+def random_policy_evaluation(env_id: str, episodes: int, seed: int, **env_kwargs) -> dict[str, float]:
+    """The runner's evaluation (``rl_suite.runner.evaluate``: the first episode of each of ``episodes`` environments,
+    on the evaluation seed of a run with ``seed``) of a uniformly random policy: ``mean_return``, and ``win_rate`` on
+    tasks with winners."""
+    from rl_suite.registry import make
+    from rl_suite.runner import evaluate
+
+    eval_seed = seed + EVAL_SEED_OFFSET
+    env = make(env_id, num_envs=episodes, seed=eval_seed, **env_kwargs)
+    result = evaluate(UniformRandomAgent(env, seed), env, seed=eval_seed)
+    env.close()
+    return result

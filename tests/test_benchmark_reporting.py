@@ -1,0 +1,224 @@
+"""How the benchmarks that report returns summarise their seeds (benchmarks/common.py) and reach their verdicts."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import pathlib
+import re
+import sys
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+import torch
+
+import rl_suite
+
+BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
+sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared module as `common`, as when run from there
+
+import common  # noqa: E402
+import mujoco_suite  # noqa: E402
+import pql_vs  # noqa: E402
+import sim2sim  # noqa: E402
+
+# -- statistics over seeds -------------------------------------------------------------------------------------------
+
+
+def test_over_seeds_mean_sample_std_and_best_seed():
+    stats = common.over_seeds({0: 1.0, 1: 3.0, 2: 2.0})
+    # mean (1 + 3 + 2) / 3 = 2; sample variance ((1-2)^2 + (3-2)^2 + 0) / (3 - 1) = 1
+    assert (stats.mean, stats.std, stats.best, stats.best_seed, stats.n) == (2.0, 1.0, 3.0, 1, 3)
+    assert common.mean_std(stats, "{:.1f}") == "2.0 ± 1.0"
+    assert common.best_of(stats, "{:.1f}") == "3.0 (seed 1)"
+
+
+def test_over_seeds_ties_go_to_the_first_seed_and_one_seed_has_no_std():
+    assert common.over_seeds({4: 7.0, 2: 7.0}).best_seed == 4
+    single = common.over_seeds({5: 6708.0})
+    assert math.isnan(single.std)
+    assert common.mean_std(single) == "6,708 (1 seed)"
+
+
+def test_over_seeds_refuses_no_values():
+    with pytest.raises(ValueError, match="at least one seed"):
+        common.over_seeds({})
+
+
+def test_win_rates_format_as_percentages():
+    stats = common.over_seeds({0: 0.9, 1: 1.0})
+    assert common.mean_std(stats, "{:.0%}") == "95% ± 7%"
+    assert common.best_of(stats, "{:.0%}") == "100% (seed 1)"
+
+
+# -- command line ----------------------------------------------------------------------------------------------------
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    common.add_seed_arguments(parser)
+    args = parser.parse_args(argv)
+    common.check_seed_arguments(parser, args)
+    return args
+
+
+def test_three_seeds_and_the_results_folder_by_default():
+    args = parse([])
+    assert args.seeds == [0, 1, 2]
+    assert args.results_dir == BENCHMARKS / "results"
+    assert parse(["--results-dir", "/tmp/x"]).results_dir == pathlib.Path("/tmp/x")
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [(["--seeds", "0", "1", "0"], "--seeds repeats a seed (0 1 0)"), (["--seeds", "-1", "2"], "non-negative")],
+)
+def test_bad_seeds_are_refused_with_a_message(argv, message, capsys):
+    with pytest.raises(SystemExit):
+        parse(argv)
+    assert message in capsys.readouterr().err
+
+
+def test_too_few_seeds_run_with_a_note_and_the_table_says_so(capsys):
+    assert parse(["--seeds", "3"]).seeds == [3]
+    assert "a published number needs at least 3" in capsys.readouterr().err
+    assert "smoke test" in common.seeds_line([3])
+    assert "smoke test" not in common.seeds_line([0, 1, 2])
+    assert common.seeds_line([0, 1, 2]).startswith("Seeds: 0, 1, 2 (3 runs per row")
+
+
+def test_wall_clock_estimate():
+    line = common.wall_clock_estimate(6, 15, "1 task x 2 algorithms x 3 seeds", "start-up")
+    assert (
+        line == "Estimated wall-clock: 6 runs (1 task x 2 algorithms x 3 seeds) x 15 min = 1 h 30 min, plus start-up."
+    )
+    assert common.duration(18 * 15) == "4 h 30 min"
+    assert common.duration(0.4) == "24 s"
+    assert common.count(["ours", "sb3"], "library") == "2 libraries"
+    assert common.count([0], "seed") == "1 seed"
+
+
+# -- what a policy that learned nothing gets -------------------------------------------------------------------------
+
+
+def test_random_agent_draws_uniform_actions_within_the_bounds():
+    env = rl_suite.make("Pendulum-v1", num_envs=4096, seed=0)
+    actions, extras = common.UniformRandomAgent(env, seed=0).act(env.reset(), deterministic=True)
+    assert extras == {} and actions.shape == (4096, 1)
+    assert actions.min() >= -2.0 and actions.max() <= 2.0
+    # uniform on [-2, 2]: mean 0, variance 16 / 12
+    assert abs(actions.mean().item()) < 0.1 and abs(actions.var().item() - 16 / 12) < 0.1
+
+
+def test_random_agent_refuses_an_unbounded_box():
+    env = types.SimpleNamespace(device=torch.device("cpu"), action_space=gym.spaces.Box(-np.inf, np.inf, (2,)))
+    with pytest.raises(ValueError, match="needs a bounded action space"):
+        common.UniformRandomAgent(env, seed=0)
+
+
+def test_random_policy_evaluation_is_far_below_a_trained_one():
+    # A trained Pendulum policy gets about -200; uniformly random torques about -1,200.
+    result = common.random_policy_evaluation("Pendulum-v1", episodes=10, seed=0)
+    assert result["episodes"] == 10
+    assert -1700 < result["mean_return"] < -800
+
+
+def test_random_multiagent_actions_are_available_ones_and_win_nothing():
+    env = rl_suite.make("Skirmish-3m-v0", num_envs=64, seed=0)
+    env.reset(seed=0)
+    agent = common.UniformRandomAgent(env, seed=0)
+    actions, extras, memory = agent.act({"avail_actions": env.avail_actions}, agent.initial_memory(64))
+    assert env.avail_actions.gather(2, actions.unsqueeze(-1)).all()
+    assert len(actions.unique()) > 1
+    assert common.random_policy_evaluation("Skirmish-3m-v0", episodes=50, seed=0)["win_rate"] < 0.1
+
+
+# -- the scripts' verdicts -------------------------------------------------------------------------------------------
+
+
+def test_mujoco_suite_goal_compares_the_best_mean_of_each_library():
+    final = {("ours", "ppo"): 6000.0, ("ours", "sac"): 2500.0, ("sb3", "ppo"): 5000.0, ("sb3", "sac"): 2000.0}
+    line = mujoco_suite.goal_line("HalfCheetah-v5", final)
+    assert "(PPO, 6,000)" in line and "1.20x" in line and line.endswith("goal (at least 1.5x): missed.")
+    final["ours", "sac"] = 7600.0
+    assert mujoco_suite.goal_line("HalfCheetah-v5", final).endswith("1.52x; goal (at least 1.5x): met.")
+    final["sb3", "ppo"] = final["sb3", "sac"] = -5.0
+    assert "no ratio (SB3's mean is not positive)" in mujoco_suite.goal_line("HalfCheetah-v5", final)
+
+
+def curve(*points: tuple[float, float]) -> list[dict]:
+    return [{"wall_time_s": t, "mean_return": r} for t, r in points]
+
+
+def test_pql_goal_on_one_seed():
+    ppo = {"label": "PPO", "peak": 4000.0, "curve": curve((60, 1000), (200, 4000))}
+    sac = {"label": "SAC", "peak": 900.0, "curve": curve((60, 900))}
+    sooner = {"peak": 4100.0, "curve": curve((60, 2000), (150, 4100))}
+    met, how = pql_vs.goal_on_seed(sooner, [ppo, sac], minutes=4)
+    assert met and how.endswith("reached it after 150 s against PPO's 200 s (0.75x the time): met")
+    never = {"peak": 3000.0, "curve": curve((60, 2000), (240, 3000))}
+    met, how = pql_vs.goal_on_seed(never, [ppo, sac], minutes=4)
+    assert not met and how.endswith("did not reach it in 4 minutes (peak 3000): missed")
+
+
+def sim2sim_row(training: str, seed: int, mujoco: float, pybullet: float, task: str = "HalfCheetah-v5") -> dict:
+    return {
+        "task": task,
+        "training": training,
+        "seed": seed,
+        "train_env_steps": 1000,
+        "pybullet_robot": "default",
+        "mujoco_return": mujoco,
+        "pybullet_return": pybullet,
+        "fraction_kept": pybullet / mujoco if mujoco > 0 else float("nan"),
+        "control_loop_faults": 0,
+    }
+
+
+def test_sim2sim_goal_is_judged_on_the_mean_kept_over_seeds():
+    rows = [sim2sim_row("plain", 0, 4000, 3600), sim2sim_row("plain", 1, 4000, 2400)]  # kept 0.90 and 0.60
+    rows += [sim2sim_row(sim2sim.RANDOM, 0, -300, -280)]
+    rows += [sim2sim_row("plain", 0, 2000, 600, task="Ant-v5")]
+    plain, random_row, ant = sim2sim.summary_lines(rows)[2:]
+    assert "| 4,000 ± 0 | 4,000 (seed 0) | 3,000 ± 849 | 3,600 (seed 0) | 0.75 ± 0.21 | met (>= 0.70) |" in plain
+    assert random_row.endswith("| -300 (1 seed) | -300 (seed 0) | -280 (1 seed) | -280 (seed 0) | - | - | 0 |")
+    assert "| 0.30 (1 seed) | - |" in ant  # no goal on Ant
+    rows[0]["pybullet_return"], rows[0]["fraction_kept"] = 2800, 0.70  # mean kept 0.65
+    assert "missed (>= 0.70)" in sim2sim.summary_lines(rows)[2]
+
+
+def test_sim2sim_append_reads_the_seed_of_rows_written_before_seeds(tmp_path):
+    path = tmp_path / "sim2sim.csv"
+    header = "task,training,train_minutes,train_env_steps,pybullet_robot,mujoco_return,mujoco_std,pybullet_return,"
+    header += "pybullet_std,fraction_kept,control_loop_faults,command\n"
+    old = "Ant-v5,plain,4.0,212992,default,2597.6,493.0,829.3,307.1,0.319,0,python benchmarks/sim2sim.py --seed 7\n"
+    path.write_text(header + old + old.replace("Ant-v5", "HalfCheetah-v5"))
+    kept = sim2sim.read_kept_rows(path, measured={("HalfCheetah-v5", "plain")})
+    assert len(kept) == 1 and kept[0]["seed"] == 7 and kept[0]["mujoco_return"] == 2597.6
+    path.write_text(header + old.replace("--seed 7", ""))
+    with pytest.raises(ValueError, match=r"a row of Ant-v5 \(plain\) names no seed"):
+        sim2sim.read_kept_rows(path, measured=set())
+
+
+def test_multiagent_table_gives_mean_std_best_seed_and_random_play(tmp_path):
+    import multiagent
+
+    def run(method: str, seed: int, returns: list[float]) -> dict:
+        curve = [
+            {"env_steps": 1000 * (i + 1), "wall_time_s": 10.0 * (i + 1), "mean_return": r}
+            for i, r in enumerate(returns)
+        ]
+        return {"task": "Spread-v0", "method": method, "seed": seed, "env_steps": 1000 * len(returns), "curve": curve}
+
+    rows = [run("MAPPO", 0, [-30.0, -21.0]), run("MAPPO", 1, [-25.0, -19.0]), run("MAPPO", 2, [-18.0, -20.0])]
+    args = argparse.Namespace(minutes=3.0, seeds=[0, 1, 2], tasks=["Spread-v0"], methods=["MAPPO"])
+    multiagent.write_training(rows, args, tmp_path)
+    table = (tmp_path / "multiagent_training.md").read_text()
+    # final returns -21, -19, -20: mean -20, sample std 1; the best final is seed 1's; peaks -21, -19, -18
+    assert "| Spread-v0 | MAPPO | 2,000 | return -20.00 ± 1.00 | -19.00 (seed 1) | -19.33 ± 1.53 | - |" in table
+    random_play = re.search(r"- Spread-v0: random play, return (-?[\d.]+)", table)
+    assert random_play is not None and -35 < float(random_play.group(1)) < -20  # about -26: trained play reaches -15
+    assert "| Spread-v0 | MAPPO | 2 | 2,000 | return -20.00 | -18.00 | - | - |" in table
+    assert (tmp_path / "multiagent_training.csv").read_text().count("Spread-v0,MAPPO,") == 6
