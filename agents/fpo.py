@@ -153,6 +153,8 @@ class FPO(Agent):
         eps = torch.randn(n, c.samples_per_action, a, device=self.device)
         if c.discrete_times:
             grid = self.actor.schedule()[:-1]  # the times at which the sampler evaluates the velocity
+            if c.loss_mode == "eps":
+                grid = grid[1:]  # at t = 1 the eps loss is identically 0 (x_1 = eps whatever the velocity)
             t = grid[torch.randint(0, grid.shape[0], (n, c.samples_per_action), device=self.device)]
         else:
             t = torch.rand(n, c.samples_per_action, device=self.device)

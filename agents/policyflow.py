@@ -211,7 +211,10 @@ class PolicyFlow(Agent):
         obs, z, behaviour_action = mb["obs"], mb["flow_noise"], mb["flow_action"]
         if self.config.ratio == "full_path":
             return self.actor.sample(obs, z) - behaviour_action, torch.zeros((), device=self.device)
-        grid = self.actor.schedule()  # one time per transition, from the sampler's grid (the paper's default)
+        # One time per transition, from the sampler's grid (the paper's default): the times at which it evaluates the
+        # velocity, 1 down to 1 / flow_steps. Not tau = 0, where x is the behaviour action and the Brownian term
+        # (tau v + ...)^2 does not depend on v.
+        grid = self.actor.schedule()[:-1]
         tau = grid[torch.randint(0, grid.shape[0], (z.shape[0], 1), device=self.device)]
         x = tau * z + (1.0 - tau) * behaviour_action
         v = self.actor.velocity(obs, x, tau)

@@ -1,5 +1,5 @@
-"""Flow policies: the sampler, FPO's ratio and its gradient, PolicyFlow's ratio, the MultiGoal task and goal
-coverage."""
+"""Flow policies: the sampler, FPO's ratio and its gradient, PolicyFlow's ratio, the MultiGoal task and its
+multimodality measure."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from rl_suite.agents.fpo import FPO
 from rl_suite.agents.policyflow import PolicyFlow
 from rl_suite.checkpoint import seed_everything
 from rl_suite.collector import Collector
-from rl_suite.envs.classic.multigoal import GOALS, goal_index
+from rl_suite.envs.classic.multigoal import GOALS, goal_histogram, goal_index, multimodality
 from rl_suite.networks import FlowPolicy
 from rl_suite.onpolicy import clipped_surrogate
 
@@ -104,6 +104,21 @@ def test_fpo_surrogate_gradient_matches_finite_differences(average):
     assert analytic.abs().sum() > 0
 
 
+def test_fpo_draws_no_pair_at_t_1_where_the_eps_loss_is_identically_zero():
+    """At t = 1, x_t is the noise itself, so the eps-form CFM loss is 0 whatever the velocity: a wasted pair."""
+    agent, _ = rollout(FPO, samples_per_action=8)
+    obs, action = torch.randn(512, 3), torch.randn(512, 1)
+    eps, t = agent.draw_pairs(512)
+    loss = agent.actor.cfm_loss(obs, action, eps, t, "eps")
+    (gradient,) = torch.autograd.grad(loss.sum(), agent.actor.net[0].weight, retain_graph=True)
+    assert gradient.abs().sum() > 0
+    assert t.max() < 1.0 and t.min() > 0.0
+    assert (loss > 0).all(), "a pair whose loss does not depend on the policy"
+    assert set(t.unique().tolist()) == set(agent.actor.schedule()[1:-1].tolist())  # the rest of the sampler's grid
+    u_agent, _ = rollout(FPO, loss_mode="u")  # the velocity-error form does depend on v at t = 1
+    assert 1.0 in u_agent.draw_pairs(512)[1].unique().tolist()
+
+
 # -- PolicyFlow's ratio -------------------------------------------------------------------------------------------
 
 
@@ -138,6 +153,25 @@ def test_policyflow_interpolation_ratio_approximates_the_full_path_for_a_small_c
     assert (exact - approximate).abs().max() < 0.1 * 0.2
 
 
+def test_policyflow_draws_no_tau_0_where_the_brownian_term_has_no_gradient():
+    """At tau = 0, x is the behaviour action and (tau v + x + (1 - tau) v^)^2 does not depend on v: every drawn time
+    must be one at which the sampler evaluates the velocity, 1 down to 1 / flow_steps."""
+    agent, buffer = rollout(PolicyFlow, steps=64, num_envs=32)
+    agent.behaviour.load_state_dict(agent.actor.state_dict())
+    mb = {"obs": agent.normalizer(buffer.data["obs"]).flatten(0, 1)}
+    mb.update({k: buffer.data[k].flatten(0, 1) for k in ("flow_noise", "flow_action")})
+    times = []
+    velocity = agent.actor.velocity
+    agent.actor.velocity = lambda obs, x, t: times.append(t.detach().clone()) or velocity(obs, x, t)
+    _, brownian = agent.displacement(mb)
+    (tau,) = times  # one velocity evaluation per transition, at its drawn time
+    assert tau.shape == (2048, 1)
+    assert tau.min() > 0.0, "tau = 0 drawn: a Brownian term without gradient"
+    assert set(tau.unique().tolist()) == set(agent.actor.schedule()[:-1].tolist())
+    (gradient,) = torch.autograd.grad(brownian, agent.actor.net[-1].bias)
+    assert gradient.abs().sum() > 0
+
+
 # -- the multimodal task -------------------------------------------------------------------------------------------
 
 
@@ -158,6 +192,38 @@ def test_multigoal_rules():
     assert goal_index(info["final_obs"]).tolist() == [0, 3, -1, -1]
     torch.testing.assert_close(env.get_state()[3], torch.tensor([7.0, 7.0]))  # positions stay in the box
     assert len(GOALS) == 4
+
+
+def test_the_multimodality_measure_needs_both_success_and_three_goals():
+    four_goals = multimodality(torch.tensor([240, 230, 220, 230, 80]))  # 92% success, about a quarter each
+    assert four_goals["passes"] and four_goals["goals_kept"] == 4 and four_goals["success"] == 0.92
+    assert four_goals["goal_shares"] == [0.261, 0.25, 0.239, 0.25]
+    one_goal = multimodality(torch.tensor([0, 961, 0, 39, 0]))  # Gaussian PPO's histogram in the old benchmark
+    assert not one_goal["passes"] and one_goal["success"] == 1.0 and one_goal["goals_kept"] == 1
+    aimless = multimodality(torch.tensor([133, 163, 156, 140, 408]))  # four goals, but 41% of episodes reach none
+    assert not aimless["passes"] and aimless["goals_kept"] == 4
+    # The thresholds themselves: 90% success, 15% of the successes for the third goal.
+    assert multimodality(torch.tensor([300, 300, 150, 150, 100]))["passes"]
+    assert not multimodality(torch.tensor([300, 300, 150, 150, 101]))["passes"]
+    assert not multimodality(torch.tensor([400, 400, 134, 0, 66]))["passes"]  # the third goal has 14.3%
+    with pytest.raises(ValueError, match="expected a goal_histogram of 5 counts with episodes"):
+        multimodality(torch.tensor([1, 2, 3, 4]))
+    with pytest.raises(ValueError, match="expected a goal_histogram of 5 counts with episodes"):
+        multimodality(torch.zeros(5, dtype=torch.long))
+
+
+def test_untrained_policies_fail_the_multimodality_measure():
+    """Actions N(0, 1) clipped to [-1, 1] reach each goal in about 11% of the episodes and none in over half: many
+    goals, no success. Untrained flow policies act much the same."""
+    torch.manual_seed(0)
+    random = multimodality(goal_histogram(lambda obs: torch.randn(obs.shape[0], 2).clamp(-1.0, 1.0), 1000, seed=1))
+    assert not random["passes"] and random["success"] < 0.6 and random["goals_kept"] == 4, random
+    env = rl_suite.make("MultiGoal-v0", num_envs=1)
+    for agent_class in (PolicyFlow, FPO):
+        torch.manual_seed(0)
+        agent = agent_class(env.observation_space, env.action_space)
+        untrained = multimodality(goal_histogram(lambda obs, agent=agent: agent.act(obs)[0], 1000, seed=1))
+        assert not untrained["passes"] and untrained["success"] < 0.6, (agent_class.name, untrained)
 
 
 @pytest.mark.parametrize("algo", ["fpo", "policyflow"])

@@ -9,6 +9,10 @@ Rules (ours, after softqlearning's ``MultiGoalEnv``):
 - reward: ``-(action_cost |a|^2 + distance_cost min_g |p' - g|^2)``, plus ``goal_reward`` on reaching a goal;
 - goals at ``(5, 0), (-5, 0), (0, 5), (0, -5)``; an episode terminates when ``min_g |p' - g| < 1`` (the goal
   reached is ``goal_index(final_obs)``), and is truncated after ``max_episode_steps`` (30).
+
+Measuring multimodality: ``goal_histogram`` samples episodes from a policy and counts where they end;
+``multimodality`` passes when at least 90% reach a goal and at least 3 goals each get 15% of those. Random play
+(actions N(0, 1) clipped) fails on success, a policy settled on one goal fails on coverage.
 """
 
 from __future__ import annotations
@@ -95,16 +99,38 @@ def goal_histogram(act, episodes: int = 1000, seed: int = 0, device="cpu") -> to
     return torch.bincount(reached, minlength=len(GOALS) + 1)
 
 
-def coverage(histogram: torch.Tensor) -> dict[str, float]:
-    """Summaries of a ``goal_histogram``: the fraction of episodes at each goal, how many goals got at least 10% of
-    the episodes, and the entropy (nats) of the goal distribution among episodes that reached one (log 4 = 1.39
-    for all four equally)."""
-    fractions = histogram.double() / histogram.sum()
-    at_goals = histogram[: len(GOALS)].double()
-    p = at_goals / at_goals.sum().clamp_min(1)
-    entropy = -(p * p.clamp_min(1e-12).log()).sum()
+# The multimodality measure. An untrained policy (actions N(0, 1) clipped to [-1, 1]) reaches each goal in about 11%
+# of episodes and none in 56%, so coverage alone would pass it: success is required as well. A policy that settled on
+# one goal has success but not coverage.
+MIN_SUCCESS = 0.9
+"""At least this fraction of the sampled episodes must reach a goal."""
+MIN_GOALS = 3
+"""At least this many goals must each get ``MIN_GOAL_SHARE`` of the successful episodes."""
+MIN_GOAL_SHARE = 0.15
+"""The share of the successful episodes that a goal needs to count as kept."""
+
+
+def multimodality(histogram: torch.Tensor) -> dict:
+    """Whether a ``goal_histogram`` shows a policy that both solves the task and keeps several goals.
+
+    - ``success``: the fraction of episodes that reached a goal (at least ``MIN_SUCCESS`` to pass);
+    - ``goal_shares``: each goal's share of the successful episodes (``MIN_GOALS`` goals need ``MIN_GOAL_SHARE``);
+    - ``goals_kept``: how many goals have that share; ``goal_entropy``: the entropy (nats) of the shares (log 4 =
+      1.39 for all four equally);
+    - ``passes``: both conditions hold.
+    """
+    if histogram.shape != (len(GOALS) + 1,) or histogram.sum() <= 0:
+        raise ValueError(f"expected a goal_histogram of {len(GOALS) + 1} counts with episodes, got {histogram}")
+    histogram = histogram.double()
+    at_goals = histogram[: len(GOALS)]
+    success = float(at_goals.sum() / histogram.sum())
+    shares = at_goals / at_goals.sum().clamp_min(1)
+    entropy = -(shares * shares.clamp_min(1e-12).log()).sum()
+    goals_kept = int((shares >= MIN_GOAL_SHARE).sum())
     return {
-        "fractions": [round(f, 3) for f in fractions.tolist()],
-        "goals_with_10_percent": int((fractions[: len(GOALS)] >= 0.1).sum()),
+        "success": round(success, 3),
+        "goal_shares": [round(share, 3) for share in shares.tolist()],
+        "goals_kept": goals_kept,
         "goal_entropy": float(entropy) + 0.0,  # no "-0.0" for a single goal
+        "passes": success >= MIN_SUCCESS and goals_kept >= MIN_GOALS,
     }
