@@ -23,7 +23,9 @@ the next ``reset`` or ``step``: clone what you keep. Observation and action spac
 Native simulators subclass ``VecEnv`` and implement three hooks over their batched physical state (``_advance``,
 ``_observe``, ``_reset_envs``, plus ``_state_view`` for ``get_state``/``set_state``); the shared ``reset`` and
 ``step`` here do the rest: checks, time limits, auto-reset and episode statistics. Adapters of outside simulators
-override ``reset`` and ``step`` themselves and reuse the checks and the statistics.
+override ``reset`` and ``step`` themselves: ``check_actions`` checks what they are given, and they hand what the
+outside simulator returned to ``start_episodes`` (after its reset) and ``finish_step`` (after its step), which keep
+the buffers, the episode statistics and ``info``.
 """
 
 from __future__ import annotations
@@ -34,18 +36,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_suite.device import resolve_device
 from rl_suite.rng import EnvStreams
-
-
-def resolve_device(device: str | torch.device) -> torch.device:
-    """``torch.device`` with the index filled in, so that ``cuda`` and ``cuda:0`` compare equal."""
-    device = torch.device(device)
-    if device.type == "cuda":
-        if not torch.cuda.is_available():
-            raise RuntimeError(f"device {str(device)!r} was asked for, but torch.cuda.is_available() is False")
-        if device.index is None:
-            device = torch.device("cuda", torch.cuda.current_device())
-    return device
 
 
 def check_num_envs(num_envs: Any) -> int:
@@ -197,7 +189,10 @@ class VecEnv:
     def set_state(self, state, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Set the physical state of all environments (or of ``env_ids``) and return the new observations.
 
-        Only the physics changes: step counters and episode statistics carry on.
+        Only the physics changes: step counters and episode statistics carry on. ``state`` is ``[N, ...]`` as
+        ``get_state`` returns it, or ``[len(env_ids), ...]``. Simulators whose state has several parts take one
+        argument per part, in ``get_state``'s order, before ``env_ids`` (``MujocoVecEnv.set_state(qpos, qvel,
+        env_ids=None)``): that is how a task with structured state extends this method.
         """
         self._write_state(self._state_view(), state, env_ids)
         self._observe_current()
@@ -207,18 +202,11 @@ class VecEnv:
         """Everything that decides what the environments do next: the physical state, the random streams, the
         running episode statistics and the current observations. Checkpoints hold it, so a resumed run continues
         exactly. Adapters of outside simulators cannot offer it."""
-        return {
-            "state": self._state_view().clone(),
-            "streams": self.rng._streams.clone(),
-            "running": self._running.clone(),
-            "obs": self._obs.clone(),
-        }
+        return {"state": self._state_view().clone(), **self._episode_state_dict()}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         self._state_view().copy_(state["state"])
-        self.rng._streams.copy_(state["streams"])
-        self._running.copy_(state["running"])
-        self._obs.copy_(state["obs"])
+        self._load_episode_state_dict(state)
 
     def close(self) -> None:
         """Release outside resources (processes, windows); native simulators hold none."""
@@ -254,6 +242,16 @@ class VecEnv:
 
     # -- shared helpers -----------------------------------------------------------------------------------
 
+    def _episode_state_dict(self) -> dict[str, torch.Tensor]:
+        """The part of ``state_dict`` that every native simulator shares: the random streams, the running episode
+        statistics and the current observations. Simulators whose state is not one tensor add theirs to it."""
+        return {"streams": self.rng.get_state(), "running": self._running.clone(), "obs": self._obs.clone()}
+
+    def _load_episode_state_dict(self, state: dict[str, torch.Tensor]) -> None:
+        self.rng.set_state(state["streams"])
+        self._running.copy_(state["running"])
+        self._obs.copy_(state["obs"])
+
     def _observe_final(self) -> None:
         """Observe what each environment reached in this step, before any reset (``info["final_obs"]``)."""
         self._observe(self._final_obs)
@@ -281,11 +279,101 @@ class VecEnv:
 
     def offer_critic_observation(self, space: gym.spaces.Box) -> None:
         """Declare a privileged critic observation of one environment's ``space``: ``step`` then reports
-        ``info["critic_obs"]`` and ``info["final_critic_obs"]``, from ``self._critic_obs`` and
-        ``self._final_critic_obs`` (``[N, *space.shape]``), which the env writes as it writes ``_obs``."""
+        ``info["critic_obs"]`` and ``info["final_critic_obs"]`` (``[N, *space.shape]``). Adapters pass them to
+        ``start_episodes`` and ``finish_step``; native simulators write ``self._critic_obs`` and
+        ``self._final_critic_obs`` as they write ``_obs``."""
         self.critic_observation_space = space
         self._critic_obs = torch.zeros((self.num_envs, *space.shape), device=self.device)
         self._final_critic_obs = torch.zeros_like(self._critic_obs)
+
+    # -- for adapters of outside simulators ---------------------------------------------------------------
+
+    def start_episodes(
+        self, obs: torch.Tensor, critic_obs: torch.Tensor | None = None, env_ids: torch.Tensor | None = None
+    ) -> torch.Tensor:
+        """Record the first observations of new episodes that an outside simulator started, and restart their
+        episode statistics; returns the observations, as ``reset`` does.
+
+        Args:
+            obs: ``[N, *observation_space.shape]``, on any device.
+            critic_obs: ``[N, *critic_observation_space.shape]``, where the env offers one
+                (``offer_critic_observation``); else ``None``.
+            env_ids: ``None`` for every environment (after a full reset); or the rows, a 1-D integer tensor on
+                ``device``, that an adapter reset itself after ``finish_step``: only those rows of ``obs`` and
+                ``critic_obs`` are read, and the others keep what ``finish_step`` recorded.
+        """
+        for buffer, value in self._adapter_buffers("start_episodes", obs=obs, critic_obs=critic_obs):
+            if env_ids is None:
+                buffer.copy_(value)
+            else:
+                buffer.index_copy_(0, env_ids, value.to(self.device).index_select(0, env_ids).to(buffer.dtype))
+        if env_ids is None:
+            self._running.zero_()
+        else:
+            self._running.index_fill_(1, env_ids, 0.0)
+        return self._obs
+
+    def finish_step(
+        self,
+        obs: torch.Tensor,
+        reward: torch.Tensor,
+        terminated: torch.Tensor,
+        truncated: torch.Tensor,
+        final_obs: torch.Tensor | None = None,
+        critic_obs: torch.Tensor | None = None,
+        final_critic_obs: torch.Tensor | None = None,
+    ):
+        """Record one step of an outside simulator and return it as the contract's ``(obs, reward, terminated,
+        truncated, info)``, with the episode statistics updated (no host sync). The inputs may be on any device;
+        they are copied into the env's buffers, which the tensors returned are.
+
+        Args:
+            obs: ``[N, *observation_space.shape]``, the current observations: where an episode ended and the
+                simulator reset it, the first of the new one (an adapter that resets afterwards writes those rows
+                with ``start_episodes(..., env_ids=...)``).
+            reward: ``[N]``. terminated, truncated: bool ``[N]``.
+            final_obs: ``[N, ...]``, the observations this step reached before any reset (``info["final_obs"]``);
+                ``None`` when they are ``obs`` (nothing was reset yet, or the simulator cannot tell).
+            critic_obs, final_critic_obs: the same for the critic's observation, where the env offers one
+                (``offer_critic_observation``); ``final_critic_obs`` defaults to ``critic_obs``.
+        """
+        outputs = self._adapter_buffers(
+            "finish_step",
+            obs=obs,
+            final_obs=obs if final_obs is None else final_obs,
+            reward=reward,
+            terminated=terminated,
+            truncated=truncated,
+            critic_obs=critic_obs,
+            final_critic_obs=critic_obs if final_critic_obs is None else final_critic_obs,
+        )
+        for buffer, value in outputs:
+            buffer.copy_(value)
+        self._running.add_(self._increment)
+        self._close_episodes(torch.logical_or(self._terminated, self._truncated, out=self._done))
+        return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
+
+    def _adapter_buffers(self, method: str, **outputs) -> list[tuple[torch.Tensor, torch.Tensor]]:
+        """``(buffer, value)`` for each output an adapter hands to ``method`` by name (``obs``, ``reward``, ...: the
+        buffer is ``self._<name>``), checked: a shape other than the buffer's (which ``copy_`` would broadcast) or
+        critic observations where the env offers none, or none where it does, are refused."""
+        name = f"{type(self).__name__}.{method}"
+        offered = self.critic_observation_space is not None
+        if offered != (outputs["critic_obs"] is not None):
+            raise ValueError(
+                f"{name} got critic_obs={'None' if outputs['critic_obs'] is None else 'a tensor'}, but the env "
+                f"{'offers' if offered else 'does not offer'} a critic observation (offer_critic_observation)"
+            )
+        pairs = []
+        for output, value in outputs.items():
+            if value is None:  # the critic's, where the env has none
+                continue
+            buffer = getattr(self, f"_{output}")
+            if not isinstance(value, torch.Tensor) or value.shape != buffer.shape:
+                got = tuple(value.shape) if isinstance(value, torch.Tensor) else type(value).__name__
+                raise ValueError(f"{name} expects {output} as a tensor of shape {tuple(buffer.shape)}, got {got}")
+            pairs.append((buffer, value))
+        return pairs
 
     def _step_info(self) -> dict[str, torch.Tensor]:
         info = {

@@ -278,8 +278,9 @@ register("MountainCarContinuous-v0", "rl_suite.envs.classic.mountain_car:Mountai
 register("MultiGoal-v0", "rl_suite.envs.classic.multigoal:MultiGoal")  # no gymnasium counterpart
 
 # gymnasium's v5 MuJoCo tasks on batched physics (MuJoCo's batch API on the CPU, mujoco_warp on CUDA). The factory
-# builds a MujocoVecEnv, wrapped for observation noise or motor strength when those keywords are given.
-for _task in (
+# builds a MujocoVecEnv, wrapped for observation noise or motor strength when those keywords are given. This list is
+# the one place that names them: rl_suite.envs.mujoco.tasks builds its TASKS from it (the core cannot import envs).
+MUJOCO_TASKS = (
     "Ant",
     "HalfCheetah",
     "Hopper",
@@ -291,7 +292,8 @@ for _task in (
     "Reacher",
     "Swimmer",
     "Walker2d",
-):
+)
+for _task in MUJOCO_TASKS:
     register(f"{_task}-v5", "rl_suite.envs.mujoco.randomization:make_mujoco_env", task=_task)
 del _task
 

@@ -8,9 +8,14 @@ host. Each stream yields 2**32 draws.
 
 The hash works on 32-bit integers held in int32 tensors, whose multiplications wrap around modulo 2**32 on every
 torch backend; right shifts are made logical by masking off the copied sign bits.
+
+The agents and the training loop draw from the process-wide generators instead (torch's, and numpy's and Python's for
+user code); ``seed_everything`` seeds them.
 """
 
 from __future__ import annotations
+
+import random
 
 import numpy as np
 import torch
@@ -74,6 +79,22 @@ class EnvStreams:
         self._streams[:, 1] = mix32_(mix32_(key, self._c).bitwise_xor_(s1), self._c)
         self._streams[:, 0] = 0
 
+    def get_state(self) -> torch.Tensor:
+        """A copy of every stream's position and key, int32 ``[num_envs, 2]``: what a checkpoint keeps, so that
+        ``set_state`` continues each stream exactly where it was (as ``torch.Generator.get_state``)."""
+        return self._streams.clone()
+
+    def set_state(self, state: torch.Tensor) -> None:
+        """Continue from a ``get_state`` of streams of as many environments."""
+        expected = tuple(self._streams.shape)
+        if not isinstance(state, torch.Tensor) or tuple(state.shape) != expected or state.dtype != torch.int32:
+            got = f"{state.dtype} {tuple(state.shape)}" if isinstance(state, torch.Tensor) else type(state).__name__
+            raise ValueError(
+                f"EnvStreams.set_state expects an int32 tensor of shape {expected} (from get_state of {self.num_envs} "
+                f"streams), got {got}"
+            )
+        self._streams.copy_(state)
+
     def uniform(
         self,
         low: torch.Tensor | float,
@@ -119,3 +140,10 @@ class EnvStreams:
         u = self.uniform(0.0, 1.0, 2 * size, env_ids=env_ids, mask=mask, dtype=dtype)
         radius = torch.log1p(-u[:, :size]).mul_(-2.0).sqrt_()  # 1 - u lies in (0, 1], so the log is finite
         return radius.mul_(torch.cos(u[:, size:].mul_(2 * torch.pi)))
+
+
+def seed_everything(seed: int) -> None:
+    """Seed torch, and numpy's and Python's global generators for code that uses them."""
+    random.seed(seed)
+    np.random.seed(seed % 2**32)  # noqa: NPY002 (the legacy global generator is what user code may draw from)
+    torch.manual_seed(seed)

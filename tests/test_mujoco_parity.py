@@ -12,23 +12,11 @@ import pytest
 import torch
 
 import rl_suite
+from rl_suite.registry import MUJOCO_TASKS
 
 gym = pytest.importorskip("gymnasium")
 pytest.importorskip("mujoco")
 
-TASKS = [
-    "Ant",
-    "HalfCheetah",
-    "Hopper",
-    "Humanoid",
-    "HumanoidStandup",
-    "InvertedDoublePendulum",
-    "InvertedPendulum",
-    "Pusher",
-    "Reacher",
-    "Swimmer",
-    "Walker2d",
-]
 NUM_ENVS, STEPS = 4, 8
 
 
@@ -53,7 +41,7 @@ def start_states(ref, num: int, rng: np.random.Generator):
     return np.stack(qpos), np.stack(qvel)
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", MUJOCO_TASKS)
 def test_steps_match_gymnasium_from_the_same_states(name):
     rng = np.random.default_rng(0)
     ref = reference(name)
@@ -88,7 +76,7 @@ def test_steps_match_gymnasium_from_the_same_states(name):
     assert compared_steps >= NUM_ENVS * 2
 
 
-@pytest.mark.parametrize("name", TASKS)
+@pytest.mark.parametrize("name", MUJOCO_TASKS)
 def test_initial_observations_match_gymnasium_for_our_initial_states(name):
     ref = reference(name)
     env = rl_suite.make(f"{name}-v5", num_envs=3, seed=1)
@@ -101,7 +89,7 @@ def test_initial_observations_match_gymnasium_for_our_initial_states(name):
 
 
 def test_spaces_frame_skip_and_time_limits_match_gymnasium():
-    for name in TASKS:
+    for name in MUJOCO_TASKS:
         spec = gym.spec(f"{name}-v5")
         ref = reference(name)
         env = rl_suite.make(f"{name}-v5", num_envs=1)

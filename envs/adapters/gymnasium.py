@@ -78,9 +78,7 @@ class GymnasiumVecEnv(VecEnv):
         if seed is None:  # the seed given at construction seeds the first reset only
             seed, self._first_seed = self._first_seed, None
         obs, _ = self.vector_env.reset(seed=seed)
-        self._running.zero_()
-        self._obs.copy_(self._to_tensor(obs))
-        return self._obs
+        return self.start_episodes(self._to_tensor(obs))
 
     def step(self, actions: torch.Tensor):
         actions = self.check_actions(actions)
@@ -88,20 +86,19 @@ class GymnasiumVecEnv(VecEnv):
         if isinstance(self.action_space, gym.spaces.Box):
             gym_actions = gym_actions.astype(self.action_space.dtype, copy=False)
         obs, reward, terminated, truncated, info = self.vector_env.step(gym_actions)
-        final_obs = obs
+        final_obs = None  # where no episode ended, the final observations are the current ones
         ended = info.get("_final_obs")
         if ended is not None and ended.any():
             final_obs = np.array(obs, copy=True)
             final_obs[ended] = np.stack(info["final_obs"][ended])
-        self._obs.copy_(self._to_tensor(obs))
-        self._final_obs.copy_(self._to_tensor(final_obs))
-        self._reward.copy_(torch.from_numpy(np.asarray(reward, dtype=np.float32)))
-        self._terminated.copy_(torch.from_numpy(np.asarray(terminated, dtype=bool)))
-        self._truncated.copy_(torch.from_numpy(np.asarray(truncated, dtype=bool)))
-        self._running.add_(self._increment)
-        done = torch.logical_or(self._terminated, self._truncated, out=self._done)
-        self._close_episodes(done)
-        return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
+            final_obs = self._to_tensor(final_obs)
+        return self.finish_step(
+            self._to_tensor(obs),
+            torch.from_numpy(np.asarray(reward, dtype=np.float32)),
+            torch.from_numpy(np.asarray(terminated, dtype=bool)),
+            torch.from_numpy(np.asarray(truncated, dtype=bool)),
+            final_obs=final_obs,
+        )
 
     def close(self) -> None:
         self.vector_env.close()

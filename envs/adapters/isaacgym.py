@@ -109,7 +109,7 @@ class IsaacGymVecEnv(VecEnv):
         self.clip_obs = float(getattr(task, "clip_obs", math.inf))
         clip_actions = float(getattr(task, "clip_actions", math.inf))
         self.clip_actions = clip_actions if math.isfinite(clip_actions) else None
-        self._clipped_actions = torch.zeros(self._action_shape, device=self.device)
+        self._clipped_actions = torch.zeros(self.num_envs, *self.action_space.shape, device=self.device)
 
         num_states = int(getattr(task, "num_states", 0) or 0)
         if num_states > 0:
@@ -126,38 +126,26 @@ class IsaacGymVecEnv(VecEnv):
             torch.manual_seed(seed)
         self._reset_envs_fn(torch.arange(self.num_envs, device=self.task.device))
         self._observe_fn()
-        self._read_current()
-        self._running.zero_()
-        return self._obs
+        return self.start_episodes(*self._task_observations())
 
     def step(self, actions: torch.Tensor):
         actions = self.check_actions(actions)
         if self.clip_actions is not None and actions.dtype.is_floating_point:
             actions = torch.clamp(actions, -self.clip_actions, self.clip_actions, out=self._clipped_actions)
         obs_dict, reward, reset_buf, extras = self.task.step(actions)
-        done = torch.ne(reset_buf, 0, out=self._done)
+        done = reset_buf != 0
         time_outs = extras.get("time_outs") if isinstance(extras, dict) else None
-        if time_outs is None:
-            self._truncated.zero_()
-        else:
-            torch.logical_and(time_outs.bool(), done, out=self._truncated)
-        torch.logical_and(done, torch.logical_not(self._truncated), out=self._terminated)
-        self._reward.copy_(reward)
-        self._final_obs.copy_(obs_dict["obs"])
-        if self.critic_observation_space is not None:
-            self._final_critic_obs.copy_(obs_dict["states"])
-        self._running.add_(self._increment)
-        self._close_episodes(done)
-
-        self._obs.copy_(self._final_obs)
-        if self.critic_observation_space is not None:
-            self._critic_obs.copy_(self._final_critic_obs)
-        ids = done.nonzero().squeeze(1).to(self.task.device)  # the one host sync; VecTask makes it too
+        truncated = torch.zeros_like(done) if time_outs is None else time_outs.bool() & done
+        # What the task returned is the last observation of the episodes that ended (its resets are deferred):
+        # recorded as the final and, until the resets below overwrite the ended rows, the current observation.
+        critic_obs = obs_dict["states"] if self.critic_observation_space is not None else None
+        step = self.finish_step(obs_dict["obs"], reward, done & ~truncated, truncated, critic_obs=critic_obs)
+        ids = done.nonzero().squeeze(1)  # the one host sync; VecTask makes it too
         if ids.numel():
             self._reset_envs_fn(ids)
             self._observe_fn()
-            self._read_current(ids.to(self.device))
-        return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
+            self.start_episodes(*self._task_observations(), env_ids=ids.to(self.device))
+        return step
 
     def close(self) -> None:
         close = getattr(self.task, "close", None)
@@ -166,23 +154,15 @@ class IsaacGymVecEnv(VecEnv):
 
     # -- helpers --------------------------------------------------------------------------------------------
 
-    def _read_current(self, env_ids: torch.Tensor | None = None) -> None:
-        """Copy the task's (clamped) observation buffers into ours: all rows, or the rows ``env_ids``."""
+    def _task_observations(self) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The task's (clamped) observations, and its states where it offers them, on our device."""
         task = self.task
         obs = torch.clamp(task.obs_buf, -self.clip_obs, self.clip_obs).to(self.device)
-        states = None
-        if self.critic_observation_space is not None:
-            get_state = getattr(task, "get_state", None)
-            states = get_state() if callable(get_state) else task.states_buf
-            states = torch.clamp(states, -self.clip_obs, self.clip_obs).to(self.device)
-        if env_ids is None:
-            self._obs.copy_(obs)
-            if states is not None:
-                self._critic_obs.copy_(states)
-        else:
-            self._obs.index_copy_(0, env_ids, obs.index_select(0, env_ids))
-            if states is not None:
-                self._critic_obs.index_copy_(0, env_ids, states.index_select(0, env_ids))
+        if self.critic_observation_space is None:
+            return obs, None
+        get_state = getattr(task, "get_state", None)
+        states = get_state() if callable(get_state) else task.states_buf
+        return obs, torch.clamp(states, -self.clip_obs, self.clip_obs).to(self.device)
 
 
 def _space(task, *names: str):

@@ -85,7 +85,7 @@ class IsaacLabVecEnv(VecEnv):
         )
         if critic_group in spaces:
             self.offer_critic_observation(_float_box(spaces[critic_group], f"observation group {critic_group!r}"))
-        self._clipped_actions = torch.zeros(self._action_shape, device=self.device)
+        self._clipped_actions = torch.zeros(self.num_envs, *self.action_space.shape, device=self.device)
 
         cfg = getattr(base, "cfg", None)
         if final_obs and cfg is not None and hasattr(cfg, "compute_final_obs"):
@@ -103,42 +103,36 @@ class IsaacLabVecEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         obs_dict, _ = self.env.reset(seed=seed)
-        self._obs.copy_(self._group(obs_dict, self.policy_group))
-        if self.critic_observation_space is not None:
-            self._critic_obs.copy_(self._group(obs_dict, self.critic_group))
-        self._running.zero_()
-        return self._obs
+        return self.start_episodes(*self._groups(obs_dict))
 
     def step(self, actions: torch.Tensor):
         actions = self.check_actions(actions)
         if self.clip_actions is not None:
             actions = torch.clamp(actions, -self.clip_actions, self.clip_actions, out=self._clipped_actions)
         obs_dict, reward, terminated, truncated, extras = self.env.step(actions)
-        self._obs.copy_(self._group(obs_dict, self.policy_group))
-        self._reward.copy_(reward.reshape(self.num_envs))
-        self._terminated.copy_(terminated.reshape(self.num_envs))
-        self._truncated.copy_(truncated.reshape(self.num_envs))
-        done = torch.logical_or(self._terminated, self._truncated, out=self._done)
+        n = self.num_envs
+        terminated, truncated = terminated.reshape(n), truncated.reshape(n)
+        obs, critic_obs = self._groups(obs_dict)
+        # Older Isaac Lab has no final observations: they are gone, and default to the current ones (see the module
+        # docstring).
         final = extras.get("final_obs") if isinstance(extras, dict) else None
-        if final is None:  # older Isaac Lab: the last observation is gone (see the module docstring)
-            self._final_obs.copy_(self._obs)
-        else:
-            self._final_obs.copy_(self._select_final(final, self.policy_group, self._obs, done))
-        if self.critic_observation_space is not None:
-            self._critic_obs.copy_(self._group(obs_dict, self.critic_group))
-            if isinstance(final, dict) and self.critic_group in final:
-                final_critic = self._select_final(final, self.critic_group, self._critic_obs, done)
-                self._final_critic_obs.copy_(final_critic)
-            else:
-                self._final_critic_obs.copy_(self._critic_obs)
-        self._running.add_(self._increment)
-        self._close_episodes(done)
-        return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
+        final_obs = final_critic_obs = None
+        if final is not None:
+            done = torch.logical_or(terminated, truncated)
+            final_obs = self._select_final(final, self.policy_group, obs, done)
+            if critic_obs is not None and isinstance(final, dict) and self.critic_group in final:
+                final_critic_obs = self._select_final(final, self.critic_group, critic_obs, done)
+        return self.finish_step(obs, reward.reshape(n), terminated, truncated, final_obs, critic_obs, final_critic_obs)
 
     def close(self) -> None:
         self.env.close()
 
     # -- helpers --------------------------------------------------------------------------------------------
+
+    def _groups(self, obs_dict) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The actor's and, where the env offers one, the critic's observations in ``obs_dict``."""
+        critic = self.critic_observation_space is not None
+        return self._group(obs_dict, self.policy_group), self._group(obs_dict, self.critic_group) if critic else None
 
     def _group(self, obs_dict, group: str) -> torch.Tensor:
         if isinstance(obs_dict, torch.Tensor) and group == self.policy_group:

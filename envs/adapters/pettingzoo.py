@@ -127,9 +127,8 @@ class PettingZooVecEnv(MultiAgentVecEnv):
         for i, env in enumerate(self.envs):
             obs, infos = env.reset(seed=None if seed is None else seed + i)
             self._record(i, env, obs, infos, "")
-        self._running.zero_()
-        self._upload("obs", "state", "alive", "avail")
-        return self._obs
+        self._upload("state", "alive", "avail")
+        return self.start_episodes(torch.from_numpy(self._np["obs"]))
 
     def step(self, actions: torch.Tensor):
         actions = self.check_actions(actions)
@@ -155,15 +154,13 @@ class PettingZooVecEnv(MultiAgentVecEnv):
                 self._record(i, env, obs, infos, "")
             else:
                 self._copy_row(i, env)
-        self._upload("obs", "state", "alive", "avail", "final_obs", "final_state", "final_alive", "final_avail")
-        self._reward.copy_(torch.from_numpy(staged["reward"]))
+        # The multi-agent parts first: finish_step's info holds them.
+        self._upload("state", "alive", "avail", "final_state", "final_alive", "final_avail")
         self._agent_reward.copy_(torch.from_numpy(staged["agent_reward"]))
-        self._terminated.copy_(torch.from_numpy(staged["terminated"]))
-        self._truncated.copy_(torch.from_numpy(staged["truncated"]))
-        self._running.add_(self._increment)
-        done = torch.logical_or(self._terminated, self._truncated, out=self._done)
-        self._close_episodes(done)
-        return self._obs, self._reward, self._terminated, self._truncated, self._step_info()
+        obs, reward, terminated, truncated, final_obs = (
+            torch.from_numpy(staged[key]) for key in ("obs", "reward", "terminated", "truncated", "final_obs")
+        )
+        return self.finish_step(obs, reward, terminated, truncated, final_obs=final_obs)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         raise NotImplementedError(
@@ -233,8 +230,6 @@ class PettingZooVecEnv(MultiAgentVecEnv):
 
     def _upload(self, *keys: str) -> None:
         targets = {
-            "obs": self._obs,
-            "final_obs": self._final_obs,
             "state": self._global_state,
             "final_state": self._final_global_state,
             "alive": self._alive,

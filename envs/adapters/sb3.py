@@ -28,13 +28,14 @@ from stable_baselines3.common.vec_env import VecEnv as SB3BaseVecEnv
 from stable_baselines3.common.vec_env.base_vec_env import VecEnvIndices, VecEnvObs, VecEnvStepReturn
 
 from rl_suite.env import VecEnv
+from rl_suite.multiagent import MultiAgentVecEnv
 
 
 class SB3VecEnv(SB3BaseVecEnv):
     """Run a single-agent rl-suite ``VecEnv`` under stable-baselines3 (see the module docstring)."""
 
     def __init__(self, env: VecEnv):
-        if hasattr(env, "global_state_space"):
+        if isinstance(env, MultiAgentVecEnv):
             raise ValueError(f"{env!r} is a multi-agent env; SB3VecEnv exposes single-agent envs only")
         self.env = env
         super().__init__(env.num_envs, env.observation_space, env.action_space)

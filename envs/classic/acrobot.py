@@ -8,8 +8,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.classic.common import FlatState, stack_into
+from rl_suite.env import Selection
+from rl_suite.envs.classic.common import FlatStateEnv, stack_into
 
 
 def wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -19,7 +19,7 @@ def wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return torch.where(x < low, x + period * torch.ceil((low - x) / period), x)
 
 
-class Acrobot(VecEnv):
+class Acrobot(FlatStateEnv):
     """Swing the tip of a two-link pendulum, actuated at the elbow, above a line.
 
     State ``[theta1, theta2, dtheta1, dtheta2]``; observation
@@ -29,6 +29,7 @@ class Acrobot(VecEnv):
     """
 
     reward_threshold = -100.0
+    state_dim = 4
 
     dt = 0.2
     link_length_1 = 1.0
@@ -52,17 +53,11 @@ class Acrobot(VecEnv):
         **contract_options,
     ):
         high = np.array([1.0, 1.0, 1.0, 1.0, self.max_vel_1, self.max_vel_2], dtype=np.float32)
+        observation_space, action_space = gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(3)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=gym.spaces.Box(-high, high, dtype=np.float32),
-            action_space=gym.spaces.Discrete(3),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
         )
         self.torque_noise_max = torque_noise_max
-        self.state = FlatState(4, self.num_envs, self.device, dtype)
 
     def _derivatives(self, theta1, theta2, dtheta1, dtheta2, torque):
         """Equations of motion (Sutton & Barto's book version): returns the time derivative of the state."""
@@ -115,6 +110,3 @@ class Acrobot(VecEnv):
 
     def _reset_envs(self, selection: Selection):
         self.state.reset_uniform(selection, self.rng, -0.1, 0.1)
-
-    def _state_view(self):
-        return self.state.rows.T

@@ -9,11 +9,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.classic.common import FlatState
+from rl_suite.env import Selection
+from rl_suite.envs.classic.common import FlatStateEnv
 
 
-class CartPole(VecEnv):
+class CartPole(FlatStateEnv):
     """Push a cart left or right to keep a pole upright.
 
     State (as gymnasium's ``env.unwrapped.state``): ``[x, x_dot, theta, theta_dot]``; the observation is the
@@ -22,6 +22,7 @@ class CartPole(VecEnv):
     """
 
     reward_threshold = 475.0
+    state_dim = 4
 
     gravity = 9.8
     masscart = 1.0
@@ -46,17 +47,11 @@ class CartPole(VecEnv):
         **contract_options,
     ):
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf], dtype=np.float32)
+        observation_space, action_space = gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(2)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=gym.spaces.Box(-high, high, dtype=np.float32),
-            action_space=gym.spaces.Discrete(2),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
         )
         self.sutton_barto_reward = sutton_barto_reward
-        self.state = FlatState(4, self.num_envs, self.device, dtype)
         # The state rows are (x, x_dot, theta, theta_dot): viewed as [coordinate, (position, velocity), N], the
         # positions (x, theta) and velocities (x_dot, theta_dot) are [2, N] views, so Euler steps both in one op.
         coordinates = self.state.rows.view(2, 2, self.num_envs)
@@ -99,11 +94,5 @@ class CartPole(VecEnv):
             self._reward.copy_(terminated).neg_()
         return self._reward, terminated
 
-    def _observe(self, out, env_ids=None):
-        self.state.write_rows(out, env_ids)
-
     def _reset_envs(self, selection: Selection):
         self.state.reset_uniform(selection, self.rng, self.init_low, self.init_high)
-
-    def _state_view(self):
-        return self.state.rows.T

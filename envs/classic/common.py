@@ -1,10 +1,11 @@
-"""What the classic-control tasks share: a flat physical state kept as struct-of-arrays."""
+"""What the classic-control tasks share: a flat physical state kept as struct-of-arrays, and the env around it."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import torch
 
-from rl_suite.env import Selection
+from rl_suite.env import Selection, VecEnv
 from rl_suite.rng import EnvStreams
 
 
@@ -46,3 +47,42 @@ class FlatState:
         """Draw the selected environments' state uniformly in ``[low, high)`` (scalars or ``[dim]``)."""
         values = selection.uniform(rng, low, high, self.rows.shape[0], self.rows.dtype)
         selection.write(self.rows.T, values)
+
+
+class FlatStateEnv(VecEnv):
+    """A classic-control task whose physical state is one ``FlatState`` of ``state_dim`` variables, ``self.state``.
+
+    The state is what ``get_state``/``set_state`` read and write, and by default also the observation. A task
+    declares ``state_dim``, passes its constructor's common arguments and its spaces on to this one, and writes
+    ``_advance`` and ``_reset_envs``.
+    """
+
+    state_dim: int
+
+    def __init__(
+        self,
+        num_envs: int,
+        device: str | torch.device,
+        seed: int | None,
+        max_episode_steps: int | None,
+        dtype: torch.dtype,
+        observation_space: gym.Space,
+        action_space: gym.Space,
+        **contract_options,
+    ):
+        super().__init__(
+            num_envs,
+            device,
+            observation_space=observation_space,
+            action_space=action_space,
+            max_episode_steps=max_episode_steps,
+            seed=seed,
+            **contract_options,
+        )
+        self.state = FlatState(self.state_dim, self.num_envs, self.device, dtype)
+
+    def _observe(self, out, env_ids=None):
+        self.state.write_rows(out, env_ids)
+
+    def _state_view(self):
+        return self.state.rows.T

@@ -6,8 +6,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.classic.common import FlatState
+from rl_suite.env import Selection
+from rl_suite.envs.classic.common import FlatState, FlatStateEnv
 
 MIN_POSITION, MAX_POSITION, MAX_SPEED = -1.2, 0.6, 0.07
 # Initial position uniform in [-0.6, -0.4), velocity 0.
@@ -28,7 +28,27 @@ def reached_goal(state: FlatState, goal_position: float, goal_velocity: float, o
     return torch.logical_and(position >= goal_position, velocity >= goal_velocity, out=out)
 
 
-class MountainCar(VecEnv):
+class _Car(FlatStateEnv):
+    """What both cars share: the state ``[position, velocity]``, its observation space, the goal's velocity and
+    the initial states."""
+
+    state_dim = 2
+
+    def __init__(self, num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **options):
+        observation_space = gym.spaces.Box(
+            np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
+            np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
+            dtype=np.float32,
+        )
+        super().__init__(num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **options)
+        self.goal_velocity = goal_velocity
+        self._init_bounds = [torch.tensor(b, device=self.device, dtype=dtype) for b in (INIT_LOW, INIT_HIGH)]
+
+    def _reset_envs(self, selection: Selection):
+        self.state.reset_uniform(selection, self.rng, *self._init_bounds)
+
+
+class MountainCar(_Car):
     """Drive an underpowered car up a hill by rocking it: discrete push left, none, right.
 
     State and observation ``[position, velocity]``. Reward -1 per step. Terminates at ``position >= 0.5``
@@ -49,35 +69,18 @@ class MountainCar(VecEnv):
         dtype: torch.dtype = torch.float32,
         **contract_options,
     ):
+        action_space = gym.spaces.Discrete(3)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=_observation_space(),
-            action_space=gym.spaces.Discrete(3),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **contract_options
         )
-        self.goal_velocity = goal_velocity
-        self.state = FlatState(2, self.num_envs, self.device, dtype)
-        self._init_bounds = [torch.tensor(b, device=self.device, dtype=dtype) for b in (INIT_LOW, INIT_HIGH)]
         self._reward.fill_(-1.0)
 
     def _advance(self, actions):
         move_car(self.state, (actions - 1).to(self.state.rows.dtype) * self.force)
         return self._reward, reached_goal(self.state, self.goal_position, self.goal_velocity, self._terminated)
 
-    def _observe(self, out, env_ids=None):
-        self.state.write_rows(out, env_ids)
 
-    def _reset_envs(self, selection: Selection):
-        self.state.reset_uniform(selection, self.rng, *self._init_bounds)
-
-    def _state_view(self):
-        return self.state.rows.T
-
-
-class MountainCarContinuous(VecEnv):
+class MountainCarContinuous(_Car):
     """MountainCar with a continuous force in ``[-1, 1]``.
 
     Reward 100 on reaching ``position >= 0.45`` minus ``0.1 a^2`` per step, where ``a`` is the action as given
@@ -98,18 +101,10 @@ class MountainCarContinuous(VecEnv):
         dtype: torch.dtype = torch.float32,
         **contract_options,
     ):
+        action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=_observation_space(),
-            action_space=gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **contract_options
         )
-        self.goal_velocity = goal_velocity
-        self.state = FlatState(2, self.num_envs, self.device, dtype)
-        self._init_bounds = [torch.tensor(b, device=self.device, dtype=dtype) for b in (INIT_LOW, INIT_HIGH)]
 
     def _advance(self, actions):
         action = actions[:, 0].to(self.state.rows.dtype)
@@ -117,20 +112,3 @@ class MountainCarContinuous(VecEnv):
         terminated = reached_goal(self.state, self.goal_position, self.goal_velocity, self._terminated)
         torch.mul(terminated, 100.0, out=self._reward).sub_(0.1 * action.square())
         return self._reward, terminated
-
-    def _observe(self, out, env_ids=None):
-        self.state.write_rows(out, env_ids)
-
-    def _reset_envs(self, selection: Selection):
-        self.state.reset_uniform(selection, self.rng, *self._init_bounds)
-
-    def _state_view(self):
-        return self.state.rows.T
-
-
-def _observation_space() -> gym.spaces.Box:
-    return gym.spaces.Box(
-        np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
-        np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
-        dtype=np.float32,
-    )

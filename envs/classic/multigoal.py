@@ -21,8 +21,8 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.classic.common import FlatState
+from rl_suite.env import Selection
+from rl_suite.envs.classic.common import FlatStateEnv
 
 GOALS = ((5.0, 0.0), (-5.0, 0.0), (0.0, 5.0), (0.0, -5.0))
 GOAL_RADIUS = 1.0
@@ -36,7 +36,9 @@ def goal_index(positions: torch.Tensor) -> torch.Tensor:
     return torch.where(distance < GOAL_RADIUS, index, -1).reshape(positions.shape[:-1])
 
 
-class MultiGoal(VecEnv):
+class MultiGoal(FlatStateEnv):
+    state_dim = 2
+
     def __init__(
         self,
         num_envs: int = 1,
@@ -50,18 +52,13 @@ class MultiGoal(VecEnv):
         dtype: torch.dtype = torch.float32,
         **contract_options,
     ):
+        observation_space = gym.spaces.Box(-BOUND, BOUND, shape=(2,), dtype=np.float32)
+        action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=gym.spaces.Box(-BOUND, BOUND, shape=(2,), dtype=np.float32),
-            action_space=gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
         )
         self.goal_reward, self.action_cost, self.distance_cost = goal_reward, action_cost, distance_cost
         self.init_sigma = init_sigma
-        self.state = FlatState(2, self.num_envs, self.device, dtype)
         self.goals = torch.tensor(GOALS, device=self.device, dtype=dtype)
 
     def _advance(self, actions):
@@ -74,15 +71,9 @@ class MultiGoal(VecEnv):
         self._reward.copy_(reward).neg_().add_(self._terminated, alpha=self.goal_reward)
         return self._reward, self._terminated
 
-    def _observe(self, out, env_ids=None):
-        self.state.write_rows(out, env_ids)
-
     def _reset_envs(self, selection: Selection):
         values = selection.normal(self.rng, 2, self.state.rows.dtype).mul_(self.init_sigma).clamp_(-BOUND, BOUND)
         selection.write(self.state.rows.T, values)
-
-    def _state_view(self):
-        return self.state.rows.T
 
 
 @torch.no_grad()

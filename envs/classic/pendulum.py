@@ -8,11 +8,11 @@ import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.classic.common import FlatState, stack_into
+from rl_suite.env import Selection
+from rl_suite.envs.classic.common import FlatStateEnv, stack_into
 
 
-class Pendulum(VecEnv):
+class Pendulum(FlatStateEnv):
     """Swing a torque-limited pendulum up and hold it upright.
 
     State ``[theta, theta_dot]`` (``theta = 0`` is upright); observation ``[cos theta, sin theta, theta_dot]``.
@@ -20,6 +20,7 @@ class Pendulum(VecEnv):
     Never terminates; truncated after 200 steps.
     """
 
+    state_dim = 2
     max_speed = 8.0
     max_torque = 2.0
     dt = 0.05
@@ -37,17 +38,12 @@ class Pendulum(VecEnv):
         **contract_options,
     ):
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
+        observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        action_space = gym.spaces.Box(-self.max_torque, self.max_torque, shape=(1,), dtype=np.float32)
         super().__init__(
-            num_envs,
-            device,
-            observation_space=gym.spaces.Box(-high, high, dtype=np.float32),
-            action_space=gym.spaces.Box(-self.max_torque, self.max_torque, shape=(1,), dtype=np.float32),
-            max_episode_steps=max_episode_steps,
-            seed=seed,
-            **contract_options,
+            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
         )
         self.g = g
-        self.state = FlatState(2, self.num_envs, self.device, dtype)
         self._init_high = torch.tensor([math.pi, 1.0], device=self.device, dtype=dtype)
 
     def _advance(self, actions):
@@ -68,6 +64,3 @@ class Pendulum(VecEnv):
 
     def _reset_envs(self, selection: Selection):
         self.state.reset_uniform(selection, self.rng, -self._init_high, self._init_high)
-
-    def _state_view(self):
-        return self.state.rows.T

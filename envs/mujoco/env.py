@@ -34,7 +34,7 @@ import torch
 
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco import tasks as task_module
-from rl_suite.envs.mujoco.physics import CPUPhysics
+from rl_suite.envs.mujoco.physics import CPUPhysics, PhysicsBackend
 
 BACKENDS = ("cpu", "warp")
 
@@ -50,7 +50,7 @@ class PhysicsRows:
     """The physics fields of every environment, or of ``env_ids`` only, as ``[n, ...]`` tensors by name:
     ``qpos``, ``qvel``, ``ctrl`` and the bound derived fields (``xpos``, ``cfrc_ext``, ...)."""
 
-    def __init__(self, physics, env_ids: torch.Tensor | None = None):
+    def __init__(self, physics: PhysicsBackend, env_ids: torch.Tensor | None = None):
         self._physics = physics
         self._ids = env_ids
 
@@ -73,6 +73,9 @@ class MujocoVecEnv(VecEnv):
         task_kwargs: the task's settings, named as gymnasium names them (``reset_noise_scale``,
             ``ctrl_cost_weight``, ...). A name the task does not have is refused.
     """
+
+    physics: PhysicsBackend
+    """The batched simulations: ``CPUPhysics`` or ``WarpPhysics``, as ``backend`` says."""
 
     def __init__(
         self,
@@ -258,9 +261,7 @@ class MujocoVecEnv(VecEnv):
         return {
             "physics": self.physics.state.clone(),
             "position": self._position.clone(),
-            "streams": self.rng._streams.clone(),
-            "running": self._running.clone(),
-            "obs": self._obs.clone(),
+            **self._episode_state_dict(),
             **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
         }
 
@@ -271,9 +272,7 @@ class MujocoVecEnv(VecEnv):
             self.physics.set_const()  # the state rows below then overwrite what it clobbered
         self.physics.state.copy_(state["physics"])
         self._position.copy_(state["position"])
-        self.rng._streams.copy_(state["streams"])
-        self._running.copy_(state["running"])
-        self._obs.copy_(state["obs"])
+        self._load_episode_state_dict(state)
 
     # -- rendering ----------------------------------------------------------------------------------------
 

@@ -1,21 +1,9 @@
-"""Batched MuJoCo physics behind one interface, so that each task is written once over torch tensors.
+"""Batched MuJoCo physics behind one interface, ``PhysicsBackend``, so that each task is written once over torch
+tensors.
 
-A physics object holds ``num_envs`` simulations of one ``MjModel`` and exposes, as ``[N, ...]`` torch views of
-the simulator's own storage (no copies):
-
-- ``qpos``, ``qvel``, ``ctrl``: the state and controls; writes take effect at the next call.
-- ``xfrc_applied``: ``[N, nbody, 6]`` external forces and torques on the bodies (world frame, at the centres of
-  mass), part of the state: they act until changed, and a reset clears them.
-- ``derived[name]``: MjData fields computed by the simulator (``xpos``, ``cfrc_ext``, ...), read-only. They are
-  what gymnasium reads from ``MjData`` after ``mj_step`` and ``mj_rnePostConstraint``: the values of the last
-  evaluation inside the step (with RK4, its last stage), not of the new state. After ``forward`` they describe
-  the current state, except ``cfrc_ext``, which ``mj_forward`` does not compute.
-- ``state``: ``[N, k]`` rows holding everything that decides the next step, for checkpoints.
-- ``model_field(name)``: an ``mjModel`` field given one value per environment (``body_mass``, ``geom_friction``,
-  ...), as an ``[N, ...]`` view to write; after writing fields that ``mj_setConst`` derives from (masses, inertias),
-  ``set_const(env_ids)`` recomputes the derived constants (it clobbers those environments' state: reset them next).
-
-Two backends:
+A backend holds ``num_envs`` simulations of one ``MjModel`` and exposes their state, controls and derived fields as
+``[N, ...]`` torch views of the simulator's own storage (no copies); ``PhysicsBackend`` lists every member, with
+shapes. Two backends:
 
 - ``CPUPhysics``: MuJoCo's batch API (``mjbatch.h``, new in MuJoCo 4.0): a native thread pool steps one
   ``mjData`` per environment with the GIL released. Results are bit-identical to stepping each environment's
@@ -30,6 +18,7 @@ import ctypes
 import glob
 import os
 from collections.abc import Sequence
+from typing import Protocol
 
 import mujoco
 import numpy as np
@@ -70,6 +59,66 @@ def _load_mujoco_library() -> ctypes.CDLL:
     return lib
 
 
+class PhysicsBackend(Protocol):
+    """What ``MujocoVecEnv``, its tasks (through ``PhysicsRows``) and its wrappers use of a physics backend.
+
+    ``N = num_envs``. Tensors are ``[N, ...]`` views of the simulator's storage, of ``dtype`` on ``device``: write
+    them in place (``copy_``, ``index_copy_``), and writes take effect at the next call. ``env_ids`` are 1-D
+    integer tensors on ``device`` choosing simulations; ``None`` chooses all of them.
+    """
+
+    backend: str
+    """``"cpu"`` or ``"warp"``: the name ``MujocoVecEnv(backend=...)`` takes."""
+    dtype: torch.dtype
+    """Of every tensor below: float64 on ``CPUPhysics``, float32 on ``WarpPhysics``."""
+    device: torch.device
+    """Where the tensors live (the CPU, or the CUDA device ``mujoco_warp`` runs on)."""
+    model: mujoco.MjModel
+    """The model as it was given (``WarpPhysics`` may simulate a copy with another solver)."""
+    num_envs: int
+    qpos: torch.Tensor
+    """``[N, nq]`` joint positions, part of ``state``."""
+    qvel: torch.Tensor
+    """``[N, nv]`` joint velocities, part of ``state``."""
+    ctrl: torch.Tensor
+    """``[N, nu]`` controls, part of ``state``: they act at every ``step`` until changed."""
+    xfrc_applied: torch.Tensor
+    """``[N, nbody, 6]`` external forces, then torques, on the bodies (world frame, at the centres of mass), part of
+    ``state``: they act until changed, and ``reset`` clears them."""
+    derived: dict[str, torch.Tensor]
+    """``{name: [N, *MjData shape]}``, read-only: the MjData fields the task asked for (``xpos``, ``cfrc_ext``, ...)
+    as the simulator computed them. They are what gymnasium reads from ``MjData`` after ``mj_step`` and
+    ``mj_rnePostConstraint``: the values of the last evaluation inside the step (with RK4, its last stage), not of the
+    new state. After ``forward`` they describe the current state, except ``cfrc_ext``, which ``mj_forward`` does not
+    compute."""
+    state: torch.Tensor
+    """``[N, k]`` rows laid out as MuJoCo's ``mjSTATE_INTEGRATION`` (time, qpos, qvel, act, warm-start, ctrl,
+    applied forces, ...): everything that decides the next step, for checkpoints. ``qpos``, ``qvel``, ``ctrl`` and
+    ``xfrc_applied`` are views of it."""
+
+    def step(self, nstep: int) -> None:
+        """Advance every simulation by ``nstep`` physics steps (``mj_step``) with the current controls."""
+
+    def reset(self, env_ids: torch.Tensor | None = None) -> None:
+        """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and forces, zero
+        derived fields."""
+
+    def forward(self, env_ids: torch.Tensor | None = None) -> None:
+        """Make the chosen simulations' state alone decide what follows: clear the solver's warm-start and recompute
+        their derived fields (``mj_forward``). Other simulations keep theirs."""
+
+    def model_field(self, name: str) -> torch.Tensor:
+        """The model field ``name`` (``body_mass``, ``geom_friction``, ...) given one value per simulation, as a
+        writable ``[N, *field shape]`` view initialised to the model's."""
+
+    def set_const(self, env_ids: torch.Tensor | None = None) -> None:
+        """``mj_setConst`` on the chosen simulations: recompute what MuJoCo derives from masses and inertias, after
+        writing them through ``model_field``. It clobbers those simulations' state: reset them next."""
+
+    def data(self, env_id: int) -> mujoco.MjData:
+        """A copy of one simulation as an ``MjData``, derived fields included, for rendering."""
+
+
 class _BatchConfig(ctypes.Structure):
     _fields_ = [("nthread", ctypes.c_int), ("persistent", ctypes.c_bool)]
 
@@ -89,7 +138,8 @@ def _id_array(env_ids: torch.Tensor | None) -> tuple[np.ndarray | None, int | No
 
 
 class CPUPhysics:
-    """``num_envs`` simulations stepped by MuJoCo's batch API on ``nthread`` native threads (0: every core).
+    """A ``PhysicsBackend``: ``num_envs`` simulations stepped by MuJoCo's batch API on ``nthread`` native threads
+    (0: every core).
 
     Each environment keeps its own ``mjData`` (a persistent batch), so that after a step the derived fields are
     exactly gymnasium's, and ``mj_rnePostConstraint`` can run on them as gymnasium runs it (for ``cfrc_ext``).

@@ -159,11 +159,11 @@ class RandomizedVecEnv:
         return obs, reward, terminated, truncated, info
 
     def state_dict(self) -> dict[str, torch.Tensor]:
-        return {**self.env.state_dict(), "randomization_streams": self.rng._streams.clone(), "strength": self.strength}
+        return {**self.env.state_dict(), "randomization_streams": self.rng.get_state(), "strength": self.strength}
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
         state = dict(state)
-        self.rng._streams.copy_(state.pop("randomization_streams"))
+        self.rng.set_state(state.pop("randomization_streams"))
         self.strength.copy_(state.pop("strength"))
         self.env.load_state_dict(state)
 

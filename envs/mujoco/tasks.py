@@ -18,18 +18,22 @@ from __future__ import annotations
 import difflib
 import inspect
 import math
+from dataclasses import dataclass
 
 import mujoco
 import torch
 
 from rl_suite.env import Selection
+from rl_suite.registry import MUJOCO_TASKS
 from rl_suite.rng import EnvStreams
 
 Tensor = torch.Tensor
 
 
 class MujocoTask:
-    """What differs between tasks. Subclasses take gymnasium's keyword arguments in ``__init__``."""
+    """What differs between tasks. Each task is a dataclass whose fields are its gymnasium keyword arguments, with
+    gymnasium's names, defaults and meaning (``make_task`` builds a task from them); its class attributes are the
+    task's fixed facts, declared below."""
 
     xml_file: str
     frame_skip: int
@@ -37,6 +41,12 @@ class MujocoTask:
     reward_threshold: float | None = None
     fields: tuple[str, ...] = ()  # derived MjData fields read by observe/reward/position
     position_size = 1  # how many numbers position() tracks; velocity = their change over dt
+
+    reset_noise_scale: float
+    """The scale of the initial state's noise around the model's, read by ``initial_state`` and the noise helpers
+    below: a field of every task that draws its noise with them."""
+    timestep: float
+    """The compiled model's physics timestep, set by ``bind``."""
 
     def bind(self, model: mujoco.MjModel, device: torch.device, dtype: torch.dtype) -> None:
         """Resolve names and constants of the compiled model."""
@@ -84,43 +94,41 @@ def _body_id(model: mujoco.MjModel, body: int | str) -> int:
     return int(body)
 
 
-def _walking_reward(task: MujocoTask, healthy: Tensor, action: Tensor, velocity: Tensor):
-    """Hopper's and Walker2d's reward ``forward + healthy - ctrl`` and termination."""
-    reward = velocity[:, 0] * task.forward_reward_weight + healthy.to(velocity.dtype) * task.healthy_reward
-    reward -= _ctrl_cost(task.ctrl_cost_weight, action)
-    return reward, ~healthy & task.terminate_when_unhealthy
-
-
 def _within(x: Tensor, bounds: tuple[float, float]) -> Tensor:
     """``low < x < high``, strictly, as gymnasium's health checks compare."""
     return (x > bounds[0]) & (x < bounds[1])
 
 
-# -- locomotion in the plane ------------------------------------------------------------------------------
+class _Locomotion(MujocoTask):
+    """A task that observes its joint positions and velocities, less the root's first ``excluded_positions``
+    coordinates (x, or x and y) when its field ``exclude_current_positions_from_observation`` is set."""
 
+    excluded_positions = 1
+    exclude_current_positions_from_observation: bool
 
-class HalfCheetah(MujocoTask):
-    """Run forward: reward ``forward_reward_weight * x_velocity - ctrl_cost_weight * |a|^2``; never terminates."""
-
-    xml_file, frame_skip, reward_threshold = "half_cheetah.xml", 5, 4800.0
-
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 0.1,
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = int(exclude_current_positions_from_observation)
+    def __post_init__(self):
+        self.skip = self.excluded_positions * int(self.exclude_current_positions_from_observation)
 
     def observation_size(self, model):
         return model.nq + model.nv - self.skip
 
     def observe(self, rows):
         return [rows.qpos[:, self.skip :], rows.qvel]
+
+
+# -- locomotion in the plane ------------------------------------------------------------------------------
+
+
+@dataclass(eq=False)
+class HalfCheetah(_Locomotion):
+    """Run forward: reward ``forward_reward_weight * x_velocity - ctrl_cost_weight * |a|^2``; never terminates."""
+
+    xml_file, frame_skip, reward_threshold = "half_cheetah.xml", 5, 4800.0
+
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 0.1
+    reset_noise_scale: float = 0.1
+    exclude_current_positions_from_observation: bool = True
 
     def reward(self, rows, action, velocity):
         reward = velocity[:, 0] * self.forward_reward_weight - _ctrl_cost(self.ctrl_cost_weight, action)
@@ -130,109 +138,75 @@ class HalfCheetah(MujocoTask):
         return self._uniform_noise(selection, rng, qpos0), self._normal_noise(selection, rng, qvel0)
 
 
-class Hopper(MujocoTask):
-    """Hop forward on one leg; healthy while the state, height and torso angle stay in their ranges."""
+@dataclass(eq=False)
+class _PlanarWalker(_Locomotion):
+    """What Hopper and Walker2d share: their leading fields, the observation with velocities clipped to [-10, 10],
+    and the reward ``forward + healthy - ctrl``, terminating when unhealthy (``is_healthy``, each task's own)."""
 
-    xml_file, frame_skip, reward_threshold = "hopper.xml", 4, 3800.0
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 1e-3
+    healthy_reward: float = 1.0
+    terminate_when_unhealthy: bool = True
 
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-3,
-        healthy_reward: float = 1.0,
-        terminate_when_unhealthy: bool = True,
-        healthy_state_range: tuple[float, float] = (-100.0, 100.0),
-        healthy_z_range: tuple[float, float] = (0.7, float("inf")),
-        healthy_angle_range: tuple[float, float] = (-0.2, 0.2),
-        reset_noise_scale: float = 5e-3,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.healthy_reward = healthy_reward
-        self.terminate_when_unhealthy = terminate_when_unhealthy
-        self.healthy_state_range = healthy_state_range
-        self.healthy_z_range = healthy_z_range
-        self.healthy_angle_range = healthy_angle_range
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = int(exclude_current_positions_from_observation)
-
-    def observation_size(self, model):
-        return model.nq + model.nv - self.skip
+    def is_healthy(self, rows) -> Tensor:
+        raise NotImplementedError
 
     def observe(self, rows):
         return [rows.qpos[:, self.skip :], rows.qvel.clamp(-10.0, 10.0)]
 
-    def is_healthy(self, rows) -> Tensor:
+    def reward(self, rows, action, velocity):
+        healthy = self.is_healthy(rows)
+        reward = velocity[:, 0] * self.forward_reward_weight + healthy.to(velocity.dtype) * self.healthy_reward
+        reward -= _ctrl_cost(self.ctrl_cost_weight, action)
+        return reward, ~healthy & self.terminate_when_unhealthy
+
+
+@dataclass(eq=False)
+class Hopper(_PlanarWalker):
+    """Hop forward on one leg; healthy while the state, height and torso angle stay in their ranges."""
+
+    xml_file, frame_skip, reward_threshold = "hopper.xml", 4, 3800.0
+
+    healthy_state_range: tuple[float, float] = (-100.0, 100.0)
+    healthy_z_range: tuple[float, float] = (0.7, float("inf"))
+    healthy_angle_range: tuple[float, float] = (-0.2, 0.2)
+    reset_noise_scale: float = 5e-3
+    exclude_current_positions_from_observation: bool = True
+
+    def is_healthy(self, rows):
         qpos, qvel = rows.qpos, rows.qvel
         state_range = self.healthy_state_range
         state_ok = _within(qpos[:, 2:], state_range).all(1) & _within(qvel, state_range).all(1)
         return state_ok & _within(qpos[:, 1], self.healthy_z_range) & _within(qpos[:, 2], self.healthy_angle_range)
 
-    def reward(self, rows, action, velocity):
-        return _walking_reward(self, self.is_healthy(rows), action, velocity)
 
-
-class Walker2d(MujocoTask):
+@dataclass(eq=False)
+class Walker2d(_PlanarWalker):
     """Walk forward on two legs; healthy while height and torso angle stay in their ranges."""
 
     xml_file, frame_skip, reward_threshold = "walker2d_v5.xml", 4, None
 
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-3,
-        healthy_reward: float = 1.0,
-        terminate_when_unhealthy: bool = True,
-        healthy_z_range: tuple[float, float] = (0.8, 2.0),
-        healthy_angle_range: tuple[float, float] = (-1.0, 1.0),
-        reset_noise_scale: float = 5e-3,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.healthy_reward = healthy_reward
-        self.terminate_when_unhealthy = terminate_when_unhealthy
-        self.healthy_z_range = healthy_z_range
-        self.healthy_angle_range = healthy_angle_range
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = int(exclude_current_positions_from_observation)
+    healthy_z_range: tuple[float, float] = (0.8, 2.0)
+    healthy_angle_range: tuple[float, float] = (-1.0, 1.0)
+    reset_noise_scale: float = 5e-3
+    exclude_current_positions_from_observation: bool = True
 
-    def observation_size(self, model):
-        return model.nq + model.nv - self.skip
-
-    def observe(self, rows):
-        return [rows.qpos[:, self.skip :], rows.qvel.clamp(-10.0, 10.0)]
-
-    def reward(self, rows, action, velocity):
+    def is_healthy(self, rows):
         qpos = rows.qpos
-        healthy = _within(qpos[:, 1], self.healthy_z_range) & _within(qpos[:, 2], self.healthy_angle_range)
-        return _walking_reward(self, healthy, action, velocity)
+        return _within(qpos[:, 1], self.healthy_z_range) & _within(qpos[:, 2], self.healthy_angle_range)
 
 
-class Swimmer(MujocoTask):
+@dataclass(eq=False)
+class Swimmer(_Locomotion):
     """Swim forward in a viscous fluid: reward ``forward_reward_weight * x_velocity - ctrl cost``."""
 
     xml_file, frame_skip, reward_threshold = "swimmer.xml", 4, 360.0
-    position_size = 2
+    position_size = excluded_positions = 2
 
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 1e-4,
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = 2 * int(exclude_current_positions_from_observation)
-
-    def observation_size(self, model):
-        return model.nq + model.nv - self.skip
-
-    def observe(self, rows):
-        return [rows.qpos[:, self.skip :], rows.qvel]
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 1e-4
+    reset_noise_scale: float = 0.1
+    exclude_current_positions_from_observation: bool = True
 
     def reward(self, rows, action, velocity):
         reward = velocity[:, 0] * self.forward_reward_weight - _ctrl_cost(self.ctrl_cost_weight, action)
@@ -242,46 +216,33 @@ class Swimmer(MujocoTask):
 # -- locomotion in 3-D, with contact forces ---------------------------------------------------------------
 
 
-class Ant(MujocoTask):
+@dataclass(eq=False)
+class Ant(_Locomotion):
     """Walk forward on four legs. Velocity from the main body's ``xpos``; contact forces (``cfrc_ext``, clipped to
     ``contact_force_range``) are observed and penalised."""
 
     xml_file, frame_skip, reward_threshold = "ant.xml", 5, 6000.0
     fields = ("xpos", "cfrc_ext")
-    position_size = 2
+    position_size = excluded_positions = 2
 
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.0,
-        ctrl_cost_weight: float = 0.5,
-        contact_cost_weight: float = 5e-4,
-        healthy_reward: float = 1.0,
-        main_body: int | str = 1,
-        terminate_when_unhealthy: bool = True,
-        healthy_z_range: tuple[float, float] = (0.2, 1.0),
-        contact_force_range: tuple[float, float] = (-1.0, 1.0),
-        reset_noise_scale: float = 0.1,
-        exclude_current_positions_from_observation: bool = True,
-        include_cfrc_ext_in_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.contact_cost_weight = contact_cost_weight
-        self.healthy_reward = healthy_reward
-        self.main_body = main_body
-        self.terminate_when_unhealthy = terminate_when_unhealthy
-        self.healthy_z_range = healthy_z_range
-        self.contact_force_range = contact_force_range
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = 2 * int(exclude_current_positions_from_observation)
-        self.include_cfrc_ext = include_cfrc_ext_in_observation
+    forward_reward_weight: float = 1.0
+    ctrl_cost_weight: float = 0.5
+    contact_cost_weight: float = 5e-4
+    healthy_reward: float = 1.0
+    main_body: int | str = 1
+    terminate_when_unhealthy: bool = True
+    healthy_z_range: tuple[float, float] = (0.2, 1.0)
+    contact_force_range: tuple[float, float] = (-1.0, 1.0)
+    reset_noise_scale: float = 0.1
+    exclude_current_positions_from_observation: bool = True
+    include_cfrc_ext_in_observation: bool = True
 
     def bind(self, model, device, dtype):
         super().bind(model, device, dtype)
         self.main_body_id = _body_id(model, self.main_body)
 
     def observation_size(self, model):
-        return model.nq + model.nv - self.skip + 6 * (model.nbody - 1) * self.include_cfrc_ext
+        return super().observation_size(model) + 6 * (model.nbody - 1) * self.include_cfrc_ext_in_observation
 
     def position(self, rows):
         return rows.xpos[:, self.main_body_id, :2]
@@ -290,8 +251,8 @@ class Ant(MujocoTask):
         return rows.cfrc_ext.clamp(*self.contact_force_range)
 
     def observe(self, rows):
-        parts = [rows.qpos[:, self.skip :], rows.qvel]
-        if self.include_cfrc_ext:
+        parts = super().observe(rows)
+        if self.include_cfrc_ext_in_observation:
             parts.append(self.contact_forces(rows)[:, 1:].flatten(1))
         return parts
 
@@ -309,36 +270,53 @@ class Ant(MujocoTask):
         return self._uniform_noise(selection, rng, qpos0), self._normal_noise(selection, rng, qvel0)
 
 
-def _humanoid_parts(cinert: bool, cvel: bool, qfrc_actuator: bool, cfrc_ext: bool) -> dict[str, bool]:
-    """Which derived fields Humanoid's and HumanoidStandup's observations include, by field."""
-    return {"cinert": cinert, "cvel": cvel, "qfrc_actuator": qfrc_actuator, "cfrc_ext": cfrc_ext}
+@dataclass(eq=False, kw_only=True)
+class _HumanoidObservation(_Locomotion):
+    """What Humanoid and HumanoidStandup share: their observation (positions, velocities, then the chosen derived
+    fields of every body but the world, and the actuator forces of every joint but the free root), its settings and
+    the reset noise. The fields are keyword-only, so that they follow each task's own, as in gymnasium."""
 
+    excluded_positions = 2
 
-def _humanoid_observation_size(task: MujocoTask, model: mujoco.MjModel) -> int:
-    widths = {"cinert": 10 * (model.nbody - 1), "cvel": 6 * (model.nbody - 1)}
-    widths |= {"qfrc_actuator": model.nv - 6, "cfrc_ext": 6 * (model.nbody - 1)}
-    return model.nq + model.nv - task.skip + sum(w for name, w in widths.items() if task.include[name])
+    reset_noise_scale: float = 1e-2
+    exclude_current_positions_from_observation: bool = True
+    include_cinert_in_observation: bool = True
+    include_cvel_in_observation: bool = True
+    include_qfrc_actuator_in_observation: bool = True
+    include_cfrc_ext_in_observation: bool = True
 
+    def __post_init__(self):
+        super().__post_init__()
+        self.include = {  # which derived fields the observation includes, by field
+            "cinert": self.include_cinert_in_observation,
+            "cvel": self.include_cvel_in_observation,
+            "qfrc_actuator": self.include_qfrc_actuator_in_observation,
+            "cfrc_ext": self.include_cfrc_ext_in_observation,
+        }
 
-def _humanoid_observe(task: MujocoTask, rows) -> list[Tensor]:
-    """Humanoid's and HumanoidStandup's observation: positions, velocities, then the chosen derived fields of
-    every body but the world (and the actuator forces of every joint but the free root)."""
-    parts = [rows.qpos[:, task.skip :], rows.qvel]
-    for name in ("cinert", "cvel"):
-        if task.include[name]:
-            parts.append(getattr(rows, name)[:, 1:].flatten(1))
-    if task.include["qfrc_actuator"]:
-        parts.append(rows.qfrc_actuator[:, 6:])
-    if task.include["cfrc_ext"]:
-        parts.append(rows.cfrc_ext[:, 1:].flatten(1))
-    return parts
+    def observation_size(self, model):
+        widths = {"cinert": 10 * (model.nbody - 1), "cvel": 6 * (model.nbody - 1)}
+        widths |= {"qfrc_actuator": model.nv - 6, "cfrc_ext": 6 * (model.nbody - 1)}
+        return super().observation_size(model) + sum(w for name, w in widths.items() if self.include[name])
+
+    def observe(self, rows):
+        parts = super().observe(rows)
+        for name in ("cinert", "cvel"):
+            if self.include[name]:
+                parts.append(getattr(rows, name)[:, 1:].flatten(1))
+        if self.include["qfrc_actuator"]:
+            parts.append(rows.qfrc_actuator[:, 6:])
+        if self.include["cfrc_ext"]:
+            parts.append(rows.cfrc_ext[:, 1:].flatten(1))
+        return parts
 
 
 def _contact_cost(rows, weight: float, bounds: tuple[float, float]) -> Tensor:
     return rows.cfrc_ext.square().sum((1, 2)).mul_(weight).clamp_(*bounds)
 
 
-class Humanoid(MujocoTask):
+@dataclass(eq=False)
+class Humanoid(_HumanoidObservation):
     """Walk forward without falling. Velocity of the centre of mass (from ``xipos``); observes com-based inertia
     and velocity, actuator forces and external contact forces of every body but the world."""
 
@@ -346,51 +324,21 @@ class Humanoid(MujocoTask):
     fields = ("xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext")
     position_size = 2
 
-    def __init__(
-        self,
-        forward_reward_weight: float = 1.25,
-        ctrl_cost_weight: float = 0.1,
-        contact_cost_weight: float = 5e-7,
-        contact_cost_range: tuple[float, float] = (-math.inf, 10.0),
-        healthy_reward: float = 5.0,
-        terminate_when_unhealthy: bool = True,
-        healthy_z_range: tuple[float, float] = (1.0, 2.0),
-        reset_noise_scale: float = 1e-2,
-        exclude_current_positions_from_observation: bool = True,
-        include_cinert_in_observation: bool = True,
-        include_cvel_in_observation: bool = True,
-        include_qfrc_actuator_in_observation: bool = True,
-        include_cfrc_ext_in_observation: bool = True,
-    ):
-        self.forward_reward_weight = forward_reward_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.contact_cost_weight = contact_cost_weight
-        self.contact_cost_range = contact_cost_range
-        self.healthy_reward = healthy_reward
-        self.terminate_when_unhealthy = terminate_when_unhealthy
-        self.healthy_z_range = healthy_z_range
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = 2 * int(exclude_current_positions_from_observation)
-        self.include = _humanoid_parts(
-            include_cinert_in_observation,
-            include_cvel_in_observation,
-            include_qfrc_actuator_in_observation,
-            include_cfrc_ext_in_observation,
-        )
+    forward_reward_weight: float = 1.25
+    ctrl_cost_weight: float = 0.1
+    contact_cost_weight: float = 5e-7
+    contact_cost_range: tuple[float, float] = (-math.inf, 10.0)
+    healthy_reward: float = 5.0
+    terminate_when_unhealthy: bool = True
+    healthy_z_range: tuple[float, float] = (1.0, 2.0)
 
     def bind(self, model, device, dtype):
         super().bind(model, device, dtype)
         self.mass_fraction = torch.as_tensor(model.body_mass / model.body_mass.sum(), device=device, dtype=dtype)
 
-    def observation_size(self, model):
-        return _humanoid_observation_size(self, model)
-
     def position(self, rows):
         # gymnasium's mass_center: the mass-weighted mean of the bodies' centres of mass
         return torch.einsum("b,nbj->nj", self.mass_fraction, rows.xipos[:, :, :2])
-
-    def observe(self, rows):
-        return _humanoid_observe(self, rows)
 
     def reward(self, rows, action, velocity):
         healthy = _within(rows.qpos[:, 2], self.healthy_z_range)
@@ -400,7 +348,8 @@ class Humanoid(MujocoTask):
         return reward, ~healthy & self.terminate_when_unhealthy
 
 
-class HumanoidStandup(MujocoTask):
+@dataclass(eq=False)
+class HumanoidStandup(_HumanoidObservation):
     """Stand up from lying down: reward the torso's height over the physics timestep, minus control and impact
     costs, plus one. Never terminates. As in gymnasium, ``uph_cost_weight`` is accepted but not applied."""
 
@@ -408,37 +357,10 @@ class HumanoidStandup(MujocoTask):
     fields = ("cinert", "cvel", "qfrc_actuator", "cfrc_ext")
     position_size = 0
 
-    def __init__(
-        self,
-        uph_cost_weight: float = 1.0,
-        ctrl_cost_weight: float = 0.1,
-        impact_cost_weight: float = 0.5e-6,
-        impact_cost_range: tuple[float, float] = (-math.inf, 10.0),
-        reset_noise_scale: float = 1e-2,
-        exclude_current_positions_from_observation: bool = True,
-        include_cinert_in_observation: bool = True,
-        include_cvel_in_observation: bool = True,
-        include_qfrc_actuator_in_observation: bool = True,
-        include_cfrc_ext_in_observation: bool = True,
-    ):
-        self.uph_cost_weight = uph_cost_weight
-        self.ctrl_cost_weight = ctrl_cost_weight
-        self.impact_cost_weight = impact_cost_weight
-        self.impact_cost_range = impact_cost_range
-        self.reset_noise_scale = reset_noise_scale
-        self.skip = 2 * int(exclude_current_positions_from_observation)
-        self.include = _humanoid_parts(
-            include_cinert_in_observation,
-            include_cvel_in_observation,
-            include_qfrc_actuator_in_observation,
-            include_cfrc_ext_in_observation,
-        )
-
-    def observation_size(self, model):
-        return _humanoid_observation_size(self, model)
-
-    def observe(self, rows):
-        return _humanoid_observe(self, rows)
+    uph_cost_weight: float = 1.0
+    ctrl_cost_weight: float = 0.1
+    impact_cost_weight: float = 0.5e-6
+    impact_cost_range: tuple[float, float] = (-math.inf, 10.0)
 
     def reward(self, rows, action, velocity):
         uph = rows.qpos[:, 2] / self.timestep
@@ -450,14 +372,14 @@ class HumanoidStandup(MujocoTask):
 # -- balancing --------------------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class InvertedPendulum(MujocoTask):
     """Balance a pole on a cart: reward 1 per step while ``|angle| <= 0.2`` and the observation is finite."""
 
     xml_file, frame_skip, reward_threshold = "inverted_pendulum.xml", 2, 950.0
     position_size = 0
 
-    def __init__(self, reset_noise_scale: float = 0.01):
-        self.reset_noise_scale = reset_noise_scale
+    reset_noise_scale: float = 0.01
 
     def observation_size(self, model):
         return model.nq + model.nv
@@ -472,6 +394,7 @@ class InvertedPendulum(MujocoTask):
         return (~terminated).to(qpos.dtype), terminated
 
 
+@dataclass(eq=False)
 class InvertedDoublePendulum(MujocoTask):
     """Balance two poles on a cart: alive bonus while the tip is above 1, minus distance and velocity
     penalties. Reads the tip site's position and the cart's constraint force."""
@@ -480,9 +403,8 @@ class InvertedDoublePendulum(MujocoTask):
     fields = ("site_xpos", "qfrc_constraint")
     position_size = 0
 
-    def __init__(self, healthy_reward: float = 10.0, reset_noise_scale: float = 0.1):
-        self.healthy_reward = healthy_reward
-        self.reset_noise_scale = reset_noise_scale
+    healthy_reward: float = 10.0
+    reset_noise_scale: float = 0.1
 
     def observation_size(self, model):
         return 1 + 2 * (model.nq - 1) + model.nv + 1
@@ -514,6 +436,7 @@ class InvertedDoublePendulum(MujocoTask):
 # -- arms -------------------------------------------------------------------------------------------------
 
 
+@dataclass(eq=False)
 class Reacher(MujocoTask):
     """Move a two-joint arm's fingertip to a random target on the disc of radius 0.2."""
 
@@ -521,9 +444,8 @@ class Reacher(MujocoTask):
     fields = ("xpos",)
     position_size = 0
 
-    def __init__(self, reward_dist_weight: float = 1.0, reward_control_weight: float = 1.0):
-        self.reward_dist_weight = reward_dist_weight
-        self.reward_control_weight = reward_control_weight
+    reward_dist_weight: float = 1.0
+    reward_control_weight: float = 1.0
 
     def bind(self, model, device, dtype):
         super().bind(model, device, dtype)
@@ -558,6 +480,7 @@ class Reacher(MujocoTask):
         return qpos, qvel
 
 
+@dataclass(eq=False)
 class Pusher(MujocoTask):
     """Push a cylinder to a goal with a seven-joint arm."""
 
@@ -566,15 +489,9 @@ class Pusher(MujocoTask):
     position_size = 0
     candidates = 32  # cylinder positions drawn per reset; the first far enough from the goal is used
 
-    def __init__(
-        self,
-        reward_near_weight: float = 0.5,
-        reward_dist_weight: float = 1.0,
-        reward_control_weight: float = 0.1,
-    ):
-        self.reward_near_weight = reward_near_weight
-        self.reward_dist_weight = reward_dist_weight
-        self.reward_control_weight = reward_control_weight
+    reward_near_weight: float = 0.5
+    reward_dist_weight: float = 1.0
+    reward_control_weight: float = 0.1
 
     def bind(self, model, device, dtype):
         super().bind(model, device, dtype)
@@ -610,22 +527,9 @@ class Pusher(MujocoTask):
         return qpos, qvel
 
 
-TASKS: dict[str, type[MujocoTask]] = {
-    cls.__name__: cls
-    for cls in (
-        Ant,
-        HalfCheetah,
-        Hopper,
-        Humanoid,
-        HumanoidStandup,
-        InvertedDoublePendulum,
-        InvertedPendulum,
-        Pusher,
-        Reacher,
-        Swimmer,
-        Walker2d,
-    )
-}
+# The registry names the tasks (rl_suite.registry.MUJOCO_TASKS), since the core never imports this module to learn
+# them; each name is a class above.
+TASKS: dict[str, type[MujocoTask]] = {name: globals()[name] for name in MUJOCO_TASKS}
 
 
 def make_task(name: str, kwargs: dict) -> MujocoTask:

@@ -1,4 +1,4 @@
-"""``WarpPhysics``: ``CPUPhysics``'s interface (see ``physics.py``) over MuJoCo Warp, ``nworld = num_envs``.
+"""``WarpPhysics``: a ``PhysicsBackend`` (``physics.py``) over MuJoCo Warp, ``nworld = num_envs``.
 
 Everything is float32 and lives on the device ``mujoco_warp`` runs on (``cpu`` or ``cuda:K``); the torch tensors
 this class hands out are views of the ``mujoco_warp`` arrays, never copies.
@@ -80,7 +80,7 @@ def default_contact_sizes(model: mujoco.MjModel) -> tuple[int, int]:
 
 
 class WarpPhysics:
-    """``num_envs`` worlds of one model stepped by ``mujoco_warp`` on ``device``.
+    """A ``PhysicsBackend``: ``num_envs`` worlds of one model stepped by ``mujoco_warp`` on ``device``.
 
     Args:
         model: the compiled model (a PGS model runs with Newton, see the module's docstring).

@@ -1,0 +1,16 @@
+"""Devices as the suite compares them."""
+
+from __future__ import annotations
+
+import torch
+
+
+def resolve_device(device: str | torch.device) -> torch.device:
+    """``torch.device`` with the index filled in, so that ``cuda`` and ``cuda:0`` compare equal."""
+    device = torch.device(device)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise RuntimeError(f"device {str(device)!r} was asked for, but torch.cuda.is_available() is False")
+        if device.index is None:
+            device = torch.device("cuda", torch.cuda.current_device())
+    return device
