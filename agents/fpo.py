@@ -22,20 +22,11 @@ import dataclasses
 
 import gymnasium as gym
 import torch
-from torch import nn
 
-from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, transition_spec
-from rl_suite.networks import ActionScaler, FlowPolicy, RunningNorm, mlp
-from rl_suite.onpolicy import (
-    RewardScaler,
-    advantages_and_returns,
-    clipped_surrogate,
-    finite_or_warn,
-    gradient_step,
-    normalized,
-    train_epochs,
-)
+from rl_suite.deploy.inference import FlowInference
+from rl_suite.networks import ActionScaler, FlowPolicy, mlp
+from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -88,42 +79,23 @@ class FPOConfig:
     """Divide rewards by a running standard deviation of the discounted return."""
 
 
-class FPO(Agent):
+class FPO(OnPolicyAgent):
     name = "fpo"
     Config = FPOConfig
     supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config: FPOConfig | None = None, device="cpu", **overrides):
-        super().__init__(observation_space, action_space, config, device, **overrides)
+        super().__init__(observation_space, action_space, config, device, **overrides)  # normalisers (OnPolicyAgent)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
-        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
         self.actor = FlowPolicy(
             obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
         )
         self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space)
-        self.return_norm = RunningNorm(())
-        self.modules = {
-            "normalizer": self.normalizer,
-            "actor": self.actor,
-            "critic": self.critic,
-            "scaler": self.scaler,
-            "return_norm": self.return_norm,
-        }
-        for module in self.modules.values():
-            module.to(self.device)
-        self.parameters = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(self.parameters, lr=c.lr, eps=1e-5, fused=True)
-        self.optimizers = {"optimizer": self.optimizer}
-        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
-        self.skipped_updates = 0
+        self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.config.n_steps
-
-    def make_buffer(self, num_envs: int) -> RolloutBuffer:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         s, a = self.config.samples_per_action, self.action_space.shape[0]
         extras = {
             "policy_action": ((a,), torch.float32),  # before clipping to the bounds
@@ -147,6 +119,10 @@ class FPO(Agent):
         loss = self.actor.cfm_loss(obs, action, eps, t, c.loss_mode)
         return self.scaler(action), {"policy_action": action, "cfm_eps": eps, "cfm_t": t, "cfm_loss": loss}
 
+    def inference_policy(self) -> FlowInference:
+        """The flow sampler unrolled: its Euler steps from zero noise, then scaling."""
+        return FlowInference(self.observation_space, self.action_space, self.normalizer, self.actor, self.scaler)
+
     def draw_pairs(self, n: int) -> tuple[torch.Tensor, torch.Tensor]:
         """``samples_per_action`` (noise, time) pairs for each of ``n`` actions: ``[n, S, A]`` and ``[n, S]``."""
         c, a = self.config, self.action_space.shape[0]
@@ -169,12 +145,7 @@ class FPO(Agent):
 
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
-        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
-        with torch.no_grad():
-            obs = self.normalizer(d["obs"])
-            _, advantages, returns = advantages_and_returns(
-                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
-            )
+        obs, _, advantages, returns = self.rollout_targets(d)
         samples = {
             "obs": obs.flatten(0, 1),
             "actions": d["policy_action"].flatten(0, 1),
@@ -184,19 +155,11 @@ class FPO(Agent):
             "advantages": advantages.flatten(),
             "returns": returns.flatten(),
         }
-        metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, self._step)
-        if c.normalize_obs:
-            self.normalizer.update(d["obs"])
-        buffer.clear()
+        metrics = train_epochs(
+            samples, c.epochs, c.minibatches, self.device, lambda mb: self.minibatch_step(self.loss(mb))
+        )
+        self.finish_update(buffer)
         return metrics
-
-    def _step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        losses = self.loss(mb)
-        if not finite_or_warn(losses["loss"], "FPO"):
-            self.skipped_updates += 1
-            return None
-        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm)
-        return {key: value.detach() for key, value in losses.items()}
 
     def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
@@ -215,10 +178,3 @@ class FPO(Agent):
             "clip_fraction": clip_fraction,
             "cfm_loss": new_loss.detach().mean(),
         }
-
-    def counters(self):
-        return {"skipped_updates": self.skipped_updates, "discounted_return": self.reward_scaler.discounted_return}
-
-    def load_counters(self, counters) -> None:
-        self.skipped_updates = counters["skipped_updates"]
-        self.reward_scaler.discounted_return = counters["discounted_return"]

@@ -37,10 +37,12 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_suite.agent import Agent
+from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import RolloutBuffer, gae, transition_spec
+from rl_suite.deploy.inference import ExportError, FrozenNorm, FrozenScale, InferencePolicy, tensor_spec
 from rl_suite.networks import ActionScaler, Categorical, DiagGaussian, RecurrentMLP, RunningNorm
-from rl_suite.onpolicy import clipped_surrogate, finite_or_warn, gradient_step, train_epochs, weighted_mean
+from rl_suite.onpolicy import clipped_surrogate, train_epochs, weighted_mean
+from rl_suite.optim import finite_or_warn, gradient_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -91,11 +93,10 @@ class MAPPOConfig:
     """Initial log standard deviation of the Gaussian policy (continuous actions)."""
 
 
-class MAPPO(Agent):
+class MAPPO(MultiAgentAgent):
     name = "mappo"
     Config = MAPPOConfig
     supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
-    multiagent = True
     action_space_types = (gym.spaces.MultiDiscrete, gym.spaces.Box)
 
     def __init__(
@@ -216,6 +217,14 @@ class MAPPO(Agent):
         if not deterministic:
             extras["policy_action"] = action  # unclipped, for the log-probability
         return self.scaler(action), extras, next_memory
+
+    def inference_policy(self) -> MAPPOInference:
+        if self.config.recurrent:
+            raise ExportError(
+                "a recurrent MAPPO policy cannot be exported: it needs its hidden state (the GRU's) carried from "
+                "one step to the next, and the exported policy is stateless; train with recurrent=false to deploy"
+            )
+        return MAPPOInference(self)
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         a, c = self.num_agents, self.config
@@ -366,3 +375,44 @@ class MAPPO(Agent):
 
     def counters(self):
         return {"skipped_updates": self.skipped_updates}
+
+
+class MAPPOInference(InferencePolicy):
+    """MAPPO's shared feed-forward actor over ``[B, A, obs_dim]``: normalise, append the one-hot ids, body and head;
+    the argmax over available actions (discrete: ``avail_actions [B, A, n_actions]``, bool, is a second input) or the
+    scaled Gaussian mean (continuous)."""
+
+    multiagent = True
+
+    def __init__(self, agent: MAPPO):
+        super().__init__(agent.observation_space, agent.action_space, FrozenNorm.of(agent.obs_norm))
+        self.body, self.head = agent.actor.body, agent.actor.head
+        self.discrete = bool(agent.discrete)
+        self.agent_id = bool(agent.config.agent_id)
+        self.register_buffer("ids", torch.eye(agent.num_agents))
+        self.scale = None if self.discrete else FrozenScale(agent.scaler)
+        if self.discrete:
+            n_actions = int(agent.action_space.nvec.max())
+            self.inputs.append(tensor_spec("avail_actions", (agent.num_agents, n_actions), "bool"))
+
+    def forward(self, obs: torch.Tensor, avail_actions: torch.Tensor | None = None) -> torch.Tensor:
+        x = self.norm(obs)
+        if self.agent_id:
+            x = torch.cat((x, torch.zeros_like(x[..., :1]) + self.ids), -1)
+        out = self.head(self.body(x))
+        if self.discrete:
+            return out.masked_fill(~avail_actions, -1e9).argmax(-1)
+        return self.scale(out)
+
+    def parity_inputs(self, count: int, seed: int) -> list[torch.Tensor]:
+        """Random availability masks with at least one available action per agent (and only actions an agent has)."""
+        if not self.discrete:
+            return []
+        generator = torch.Generator().manual_seed(seed + 1)
+        nvec = torch.as_tensor(self.action_space.nvec)
+        num_agents, n_actions = len(nvec), int(nvec.max())
+        exists = torch.arange(n_actions) < nvec.unsqueeze(-1)  # [A, n]
+        avail = (torch.rand(count, num_agents, n_actions, generator=generator) < 0.6) & exists
+        first = torch.randint(0, 1 << 30, (count, num_agents), generator=generator) % nvec
+        avail.scatter_(-1, first.unsqueeze(-1), True)
+        return [avail]

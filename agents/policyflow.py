@@ -38,20 +38,10 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_suite import distributed
-from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, transition_spec
-from rl_suite.networks import ActionScaler, FlowPolicy, RunningNorm, mlp
-from rl_suite.onpolicy import (
-    RewardScaler,
-    adapt_lr,
-    advantages_and_returns,
-    clipped_surrogate,
-    finite_or_warn,
-    gradient_step,
-    normalized,
-    train_epochs,
-)
+from rl_suite.deploy.inference import FlowInference
+from rl_suite.networks import ActionScaler, FlowPolicy, mlp
+from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -103,18 +93,17 @@ class PolicyFlowConfig:
     """Divide rewards by a running standard deviation of the discounted return."""
 
 
-class PolicyFlow(Agent):
+class PolicyFlow(OnPolicyAgent):
     name = "policyflow"
     Config = PolicyFlowConfig
     supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
-        super().__init__(observation_space, action_space, config, device, **overrides)
+        super().__init__(observation_space, action_space, config, device, **overrides)  # normalisers (OnPolicyAgent)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         if c.ratio not in ("interpolation", "full_path"):
             raise ValueError(f"unknown ratio {c.ratio!r}; choose 'interpolation' or 'full_path'")
-        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
         self.actor = FlowPolicy(
             obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
         )
@@ -122,33 +111,13 @@ class PolicyFlow(Agent):
         self.noise.log_std = nn.Parameter(torch.full((act_dim,), float(c.init_log_std)))
         self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space)
-        self.return_norm = RunningNorm(())
-        self.modules = {
-            "normalizer": self.normalizer,
-            "actor": self.actor,
-            "noise": self.noise,
-            "critic": self.critic,
-            "scaler": self.scaler,
-            "return_norm": self.return_norm,
-        }
-        for module in self.modules.values():
-            module.to(self.device)
+        self.register({"actor": self.actor, "noise": self.noise}, torch.optim.AdamW, lr=c.lr, weight_decay=1e-5)
         self.behaviour = copy.deepcopy(self.actor).requires_grad_(False)  # v^: the flow that collected the rollout
-        self.parameters = [*self.actor.parameters(), *self.noise.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.AdamW(self.parameters, lr=c.lr, weight_decay=1e-5)
-        self.optimizers = {"optimizer": self.optimizer}
-        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
-        self.lr = c.lr
-        self.skipped_updates = 0
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.config.n_steps
 
     def log_std(self) -> torch.Tensor:
         return self.noise.log_std.clamp(-5.0, 2.0)
 
-    def make_buffer(self, num_envs: int) -> RolloutBuffer:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         a = self.action_space.shape
         extras = {
             "policy_action": (a, torch.float32),  # phi(z) + n, before clipping to the bounds
@@ -176,34 +145,23 @@ class PolicyFlow(Agent):
         }
         return self.scaler(flow_action + n), extras
 
+    def inference_policy(self) -> FlowInference:
+        """The flow sampler unrolled: its Euler steps from zero noise (no exploration noise), then scaling."""
+        return FlowInference(self.observation_space, self.action_space, self.normalizer, self.actor, self.scaler)
+
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
         self.behaviour.load_state_dict(self.actor.state_dict())
-        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
-        with torch.no_grad():
-            obs = self.normalizer(d["obs"])
-            _, advantages, returns = advantages_and_returns(
-                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
-            )
+        obs, _, advantages, returns = self.rollout_targets(d)
         names = ("policy_action", "flow_noise", "flow_action", "log_prob")
         samples = {"obs": obs, "advantages": advantages, "returns": returns, **{k: d[k] for k in names}}
         samples = {key: value.flatten(0, 1) for key, value in samples.items()}
-        metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, self._step)
-        if c.normalize_obs:
-            self.normalizer.update(d["obs"])
-        buffer.clear()
+        metrics = train_epochs(
+            samples, c.epochs, c.minibatches, self.device, lambda mb: self.minibatch_step(self.loss(mb), c.target_kl)
+        )
+        self.finish_update(buffer)
         metrics["lr"] = torch.tensor(self.lr)
         return metrics
-
-    def _step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        losses = self.loss(mb)
-        if not finite_or_warn(losses["loss"], "PolicyFlow"):
-            self.skipped_updates += 1
-            return None
-        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
-        if self.config.target_kl is not None:
-            self.lr = adapt_lr(self.lr, distributed.mean(losses["approx_kl"]), self.config.target_kl)
-        return {key: value.detach() for key, value in losses.items()}
 
     def displacement(self, mb: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         """The estimated change ``delta`` of the flow's end point for the stored noise, and the Brownian
@@ -246,17 +204,6 @@ class PolicyFlow(Agent):
             "approx_kl": approx_kl,
             "ratio": ratio.mean(),
         }
-
-    def counters(self):
-        return {
-            "lr": self.lr,
-            "skipped_updates": self.skipped_updates,
-            "discounted_return": self.reward_scaler.discounted_return,
-        }
-
-    def load_counters(self, counters) -> None:
-        self.lr, self.skipped_updates = counters["lr"], counters["skipped_updates"]
-        self.reward_scaler.discounted_return = counters["discounted_return"]
 
 
 def gaussian_log_prob(x: torch.Tensor, mean: torch.Tensor, log_std: torch.Tensor) -> torch.Tensor:

@@ -22,19 +22,10 @@ import torch
 from torch import nn
 
 from rl_suite import distributed
-from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, transition_spec
-from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
-from rl_suite.onpolicy import (
-    RewardScaler,
-    adapt_lr,
-    advantages_and_returns,
-    clipped_surrogate,
-    finite_or_warn,
-    gradient_step,
-    normalized,
-    train_epochs,
-)
+from rl_suite.deploy.inference import MLPInference
+from rl_suite.networks import ActionScaler, mlp, policy_head
+from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,41 +75,21 @@ class PPOConfig:
     normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
 
 
-class PPO(Agent):
+class PPO(OnPolicyAgent):
     name = "ppo"
     Config = PPOConfig
     supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
 
     def __init__(self, observation_space, action_space, config: PPOConfig | None = None, device="cpu", **overrides):
-        super().__init__(observation_space, action_space, config, device, **overrides)
+        super().__init__(observation_space, action_space, config, device, **overrides)  # normalisers (OnPolicyAgent)
         c, obs_dim = self.config, observation_space.shape[0]
         self.continuous = isinstance(action_space, gym.spaces.Box)
-        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
         self.actor = policy_head(action_space, obs_dim, c.hidden, c.activation, c.init_log_std)
         self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space) if self.continuous else nn.Identity()
-        self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
-        self.modules = {
-            "normalizer": self.normalizer,
-            "actor": self.actor,
-            "critic": self.critic,
-            "scaler": self.scaler,
-            "return_norm": self.return_norm,
-        }
-        for module in self.modules.values():
-            module.to(self.device)
-        self.parameters = [*self.actor.parameters(), *self.critic.parameters()]
-        self.optimizer = torch.optim.Adam(self.parameters, lr=c.lr, eps=1e-5, fused=True)
-        self.optimizers = {"optimizer": self.optimizer}
-        self.lr = c.lr  # the current learning rate (schedules and the adaptive KL rule move it)
-        self.skipped_updates = 0
-        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
+        self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.config.n_steps
-
-    def make_buffer(self, num_envs: int) -> RolloutBuffer:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         extras = {"policy_action": (self.action_space.shape, torch.float32)} if self.continuous else {}  # unclipped
         action_dtype = torch.float32 if self.continuous else torch.int64
         spec = transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
@@ -132,17 +103,18 @@ class PPO(Agent):
         action = pi.sample()
         return self.scaler(action), ({"policy_action": action} if self.continuous else {})
 
+    def inference_policy(self) -> MLPInference:
+        """The Gaussian's mean through the action scaler (``Box``), or the argmax of the logits (``Discrete``)."""
+        scaler = self.scaler if self.continuous else None
+        return MLPInference(self.observation_space, self.action_space, self.normalizer, self.actor.net, scaler)
+
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
         # 2. The behaviour policy's log-probabilities and values, and GAE, in batched passes over the rollout.
         actions = d["policy_action"] if self.continuous else d["actions"]
-        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+        obs, values, advantages, returns = self.rollout_targets(d)
         with torch.no_grad():
-            obs = self.normalizer(d["obs"])
             log_prob = self.actor(obs).log_prob(actions)
-            values, advantages, returns = advantages_and_returns(
-                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
-            )
         samples = {
             "obs": obs.flatten(0, 1),
             "actions": actions.flatten(0, 1),
@@ -160,29 +132,18 @@ class PPO(Agent):
         def kl_too_high(totals, steps) -> bool:
             return c.target_kl is not None and distributed.mean(totals["approx_kl"] / steps) > 1.5 * c.target_kl
 
-        metrics = train_epochs(
-            samples, c.epochs, c.minibatches, self.device, lambda mb: self._step(mb, clip), stop=kl_too_high
-        )
+        def step(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
+            return self.minibatch_step(self._loss(mb, clip), adapt_to_kl=c.adaptive_kl)
+
+        metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, step, stop=kl_too_high)
 
         # 4. The normaliser learns from this rollout only now, so that log-probabilities stayed consistent.
-        if c.normalize_obs:
-            self.normalizer.update(d["obs"])
-        buffer.clear()
+        self.finish_update(buffer)
         variance = samples["returns"].var()
         metrics["explained_variance"] = 1 - (samples["returns"] - samples["value"]).var() / variance.clamp_min(1e-8)
         metrics["lr"] = torch.tensor(self.lr)
         metrics["clip_range"] = torch.tensor(clip)
         return metrics
-
-    def _step(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor] | None:
-        losses = self._loss(mb, clip)
-        if not finite_or_warn(losses["loss"], "PPO"):
-            self.skipped_updates += 1
-            return None
-        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
-        if self.config.adaptive_kl is not None:
-            self.lr = adapt_lr(self.lr, distributed.mean(losses["approx_kl"]), self.config.adaptive_kl)
-        return {key: value.detach() for key, value in losses.items()}
 
     def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         c = self.config
@@ -209,14 +170,3 @@ class PPO(Agent):
             "approx_kl": approx_kl,
             "clip_fraction": clip_fraction,
         }
-
-    def counters(self):
-        return {
-            "lr": self.lr,
-            "skipped_updates": self.skipped_updates,
-            "discounted_return": self.reward_scaler.discounted_return,
-        }
-
-    def load_counters(self, counters) -> None:
-        self.lr, self.skipped_updates = counters["lr"], counters["skipped_updates"]
-        self.reward_scaler.discounted_return = counters["discounted_return"]

@@ -31,7 +31,6 @@ import copy
 import dataclasses
 import threading
 import time
-import warnings
 
 import gymnasium as gym
 import torch
@@ -41,7 +40,9 @@ from torch.nn import functional as F
 from rl_suite.agent import Agent
 from rl_suite.buffers import NStepWindow, ReplayBuffer, check_fits_in_memory, transition_spec
 from rl_suite.concurrency import Mailbox, RateBalancer, Worker, WorkerGroup, overlap_seconds
+from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TwinCritic, mlp
+from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -293,7 +294,7 @@ class PQL(Agent):
     def steps_per_iteration(self) -> int:
         return 1
 
-    def make_buffer(self, num_envs: int) -> PQLStorage:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> PQLStorage:
         c = self.config
         # Mixed exploration: a fixed noise scale per environment, from the least to the most exploring.
         self.noise_std = torch.linspace(c.noise_std_min, c.noise_std_max, num_envs, device=self.device).unsqueeze(-1)
@@ -316,6 +317,11 @@ class PQL(Agent):
             action = (action + self.noise_std * torch.randn_like(action)).clamp(-1.0, 1.0)
         self.env_steps_seen += obs.shape[0]
         return self.scaler(action), {}
+
+    def inference_policy(self) -> MLPInference:
+        """The acting ``TanhPolicy`` (the one ``act`` uses), then scaling."""
+        net = self.acting_policy.net
+        return MLPInference(self.observation_space, self.action_space, self.normalizer, net, self.scaler, tanh=True)
 
     def update(self, buffer: PQLStorage, progress: float = 0.0) -> dict[str, torch.Tensor]:
         """The actor's side of an iteration: publish the newest observation statistics, keep pace with the learners
@@ -388,8 +394,7 @@ class PQL(Agent):
         else:
             loss = (out - target).square().sum(0).mean()
         if self._step_optimizer(self.critic_optimizer, self.critic, loss, "critic"):
-            with torch.no_grad():
-                torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), c.tau)
+            polyak_update(self.critic_target, self.critic, c.tau)
             self.critic_box.publish(self.critic)
             self.last_losses["critic"] = loss.detach()
         self.balancer.add("critic")
@@ -414,14 +419,10 @@ class PQL(Agent):
         return True
 
     def _step_optimizer(self, optimizer, module: nn.Module, loss: torch.Tensor, what: str) -> bool:
-        if not torch.isfinite(loss):  # a host sync, once per update, in the learner's own thread
-            warnings.warn(f"PQL: non-finite {what} loss; this update is skipped", stacklevel=3)
+        # The finiteness check is a host sync, once per update, in the learner's own thread.
+        if not finite_or_warn(loss, "PQL", loss_name=f"{what} loss", skipped="this update"):
             return False
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        if self.config.max_grad_norm > 0:
-            nn.utils.clip_grad_norm_(module.parameters(), self.config.max_grad_norm)
-        optimizer.step()
+        gradient_step(optimizer, loss, list(module.parameters()), self.config.max_grad_norm)
         return True
 
     # -- bookkeeping --------------------------------------------------------------------------------------------

@@ -29,10 +29,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_suite.agent import Agent
+from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import EpisodeBuffer, lambda_returns
+from rl_suite.deploy.inference import ExportError
 from rl_suite.networks import RecurrentMLP
-from rl_suite.onpolicy import finite_or_warn, gradient_step
+from rl_suite.optim import finite_or_warn, gradient_step
 
 
 @dataclasses.dataclass(frozen=True)
@@ -99,10 +100,9 @@ class QMixer(nn.Module):
         return (hidden * self.w2(state).abs()).sum(-1) + self.v(state).squeeze(-1)
 
 
-class QMIX(Agent):
+class QMIX(MultiAgentAgent):
     name = "qmix"
     Config = QMIXConfig
-    multiagent = True
     action_space_types = (gym.spaces.MultiDiscrete,)
 
     def __init__(
@@ -189,6 +189,12 @@ class QMIX(Agent):
             self.env_steps += n
         last_action = F.one_hot(action, self.n_actions).float()
         return action, {}, {"hidden": hidden.view(n, a, -1), "last_action": last_action}
+
+    def inference_policy(self):
+        raise ExportError(
+            "qmix cannot be exported: its agents are recurrent Q-networks whose greedy action needs the GRU hidden "
+            "state and the last action carried between steps, which a stateless exported policy does not have"
+        )
 
     # -- learning ---------------------------------------------------------------------------------------------
 

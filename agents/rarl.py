@@ -101,12 +101,7 @@ class RARL(Agent):
     def steps_per_iteration(self) -> int:
         return self.config.n_steps
 
-    @property
-    def normalizer(self):
-        """The protagonist's observation normaliser: the one deployed with its policy."""
-        return self.protagonist.normalizer
-
-    def make_buffer(self, num_envs: int) -> PairedRollout:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> PairedRollout:
         return PairedRollout(self.protagonist, self.adversary, num_envs, self.action_space.shape[0])
 
     @torch.no_grad()
@@ -118,6 +113,10 @@ class RARL(Agent):
         extras = {f"protagonist.{k}": v for k, v in extras.items()}
         extras.update({f"adversary.{k}": v for k, v in adversary_extras.items()})
         return torch.cat([action, force], dim=1), extras
+
+    def inference_policy(self):
+        """The protagonist's policy alone: the adversary exists only in training."""
+        return self.protagonist.inference_policy()
 
     def update(self, buffer: PairedRollout, progress: float = 0.0) -> dict[str, torch.Tensor]:
         # 2. and 3.: each player's PPO on its own half of the rollout (the other's policy was fixed while acting)

@@ -15,16 +15,16 @@ from __future__ import annotations
 import copy
 import dataclasses
 import math
-import warnings
 
 import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_suite import distributed
 from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec
+from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
+from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +106,7 @@ class SAC(Agent):
     def steps_per_iteration(self) -> int:
         return self.config.steps_per_iteration
 
-    def make_buffer(self, num_envs: int) -> ReplayBuffer:
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> ReplayBuffer:
         spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32)
         c = self.config
         return ReplayBuffer(c.buffer_size, num_envs, spec, self.device, n_step=c.n_step, gamma=c.gamma)
@@ -121,6 +121,11 @@ class SAC(Agent):
             action, _ = self.actor(self.normalizer(obs)).rsample_with_log_prob()
         self.env_steps_seen += obs.shape[0]
         return self.scaler(action), {}
+
+    def inference_policy(self) -> MLPInference:
+        """``tanh`` of the Gaussian's mean (the tanh-Gaussian's mode), then scaling."""
+        spaces = self.observation_space, self.action_space
+        return MLPInference(*spaces, self.normalizer, self.actor.net, self.scaler, split=True, tanh=True)
 
     def update(self, buffer: ReplayBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c = self.config
@@ -159,16 +164,12 @@ class SAC(Agent):
         actor_loss = (alpha * log_prob - self.critic(obs, new_action, frozen=True).min(0).values).mean()
         alpha_loss = -(self.temperature.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
-        if not distributed.all_true(torch.isfinite(critic_loss + actor_loss + alpha_loss)):  # all ranks agree
+        if not finite_or_warn(critic_loss + actor_loss + alpha_loss, "SAC", skipped="this update"):  # all ranks agree
             self.skipped_updates += 1
-            warnings.warn("SAC: non-finite loss; this update is skipped", stacklevel=3)
             return {}
-        self.optimizer.zero_grad(set_to_none=True)
-        (critic_loss + actor_loss + (alpha_loss if c.autotune_alpha else 0.0)).backward()
-        distributed.average_gradients(self.learned)  # under torchrun; a no-op in a single process
-        self.optimizer.step()
-        with torch.no_grad():
-            torch._foreach_lerp_(list(self.critic_target.parameters()), list(self.critic.parameters()), c.tau)
+        loss = critic_loss + actor_loss + (alpha_loss if c.autotune_alpha else 0.0)
+        gradient_step(self.optimizer, loss, self.learned)  # unclipped, averaged over the ranks under torchrun
+        polyak_update(self.critic_target, self.critic, c.tau)
         self.updates += 1
         return {
             "critic_loss": critic_loss.detach(),

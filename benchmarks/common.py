@@ -139,9 +139,9 @@ class UniformRandomAgent:
     through the same calls as a trained agent; ``deterministic`` is ignored."""
 
     def __init__(self, env, seed: int):
-        from rl_suite.multiagent import is_multiagent
+        from rl_suite.multiagent import MultiAgentVecEnv
 
-        self.env, self.multiagent = env, is_multiagent(env)
+        self.env, self.multiagent = env, isinstance(env, MultiAgentVecEnv)
         self.generator = torch.Generator(device=env.device).manual_seed(seed)
         space = env.agent_action_space if self.multiagent else env.action_space
         if not self.multiagent and not hasattr(space, "n") and not np.isfinite([space.low, space.high]).all():

@@ -63,7 +63,7 @@ def main() -> int:
     import onnxruntime as ort
 
     from rl_suite.deploy import load_policy
-    from rl_suite.export import deterministic_policy, export_policy
+    from rl_suite.deploy.export import deterministic_policy, export_policy
     from rl_suite.registry import load_algorithm
 
     torch.set_num_threads(1)

@@ -65,8 +65,8 @@ def cpu_seconds() -> tuple[float, float]:
 def worker(args) -> None:
     from rl_suite import distributed
     from rl_suite.agents import PPO
-    from rl_suite.checkpoint import seed_everything
     from rl_suite.registry import make
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
 
     torch.set_num_threads(args.threads)

@@ -59,11 +59,11 @@ def random_baseline(seed: int) -> dict:
 
 def run(algo_name: str, env_id: str, seed: int, steps: int) -> dict:
     import rl_suite
-    from rl_suite.checkpoint import seed_everything
-    from rl_suite.cli import tuned_settings
     from rl_suite.config import split_overrides
     from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import tuned_settings
 
     algo = load_algorithm(algo_name)
     settings = {**tuned_settings(algo, env_id), "stop_at_return": None}

@@ -165,11 +165,11 @@ EVAL_EPISODES = 100
 def train_one(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict) -> dict:
     """One run with the shipped settings for ``seconds`` of wall-clock; its learning curve."""
     import rl_suite
-    from rl_suite.checkpoint import seed_everything
-    from rl_suite.cli import tuned_settings
     from rl_suite.config import split_overrides
     from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import tuned_settings
 
     algo = load_algorithm(algo_name)
     eval_every = EVAL_EVERY[algo_name] * (5 if env_id == "Spread-v0" else 1)

@@ -48,11 +48,11 @@ EVAL_EPISODES = 10
 
 def run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict) -> dict:
     import rl_suite
-    from rl_suite.checkpoint import seed_everything
-    from rl_suite.cli import tuned_settings
     from rl_suite.config import split_overrides
     from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import tuned_settings
 
     algo = load_algorithm(algo_name)
     settings = {**tuned_settings(algo, env_id), **overrides}

@@ -2,7 +2,7 @@
 
 For each task: PPO with the settings shipped in ``agents/hyperparams/ppo.yaml`` trains for ``--minutes`` of
 wall-clock on our batched MuJoCo env (one core, one torch thread); the final policy is exported with
-``rl_suite.export.export_policy`` (ONNX, with its ``dt``). The exported file is then
+``rl_suite.deploy.export.export_policy`` (ONNX, with its ``dt``). The exported file is then
 
 - (a) evaluated deterministically in MuJoCo (our ``MujocoVecEnv``) over ``--episodes`` episodes of 1000 steps, and
 - (b) loaded with ``rl_suite.deploy.load_policy`` and run by ``rl_suite.deploy.ControlLoop`` at ``1/dt`` Hz against
@@ -82,11 +82,11 @@ TRAININGS = {
 
 def train(env_id: str, seconds: float, seed: int, run_dir: pathlib.Path, training: str = "plain"):
     import rl_suite
-    from rl_suite.checkpoint import seed_everything
-    from rl_suite.cli import tuned_settings
     from rl_suite.config import split_overrides
     from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import tuned_settings
 
     algo_name, randomization, _ = TRAININGS[training]
     algo = load_algorithm(algo_name)
@@ -259,7 +259,7 @@ def deploy(policy_for: PolicyFor, env_id: str, args, seed: int, trained: dict) -
 
 
 def main() -> None:
-    from rl_suite.export import export_policy
+    from rl_suite.deploy.export import export_policy
 
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"], choices=sorted(TASK_KWARGS))

@@ -64,10 +64,10 @@ from torch import nn
 import rl_suite
 from rl_suite.agents.ppo import PPO
 from rl_suite.agents.sac import SAC
-from rl_suite.checkpoint import seed_everything
-from rl_suite.cli import tuned_settings
 from rl_suite.config import split_overrides
+from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
+from rl_suite.settings import tuned_settings
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
 from common import (  # noqa: E402

@@ -6,12 +6,10 @@ from __future__ import annotations
 import os
 import pathlib
 import pickle
-import random
 import warnings
 import zipfile
 from typing import Any
 
-import numpy as np
 import torch
 
 
@@ -98,10 +96,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
-
-
-def seed_everything(seed: int) -> None:
-    """Seed torch, and numpy's and Python's global generators for code that uses them."""
-    random.seed(seed)
-    np.random.seed(seed % 2**32)  # noqa: NPY002 (the legacy global generator is what user code may draw from)
-    torch.manual_seed(seed)

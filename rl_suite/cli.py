@@ -51,21 +51,13 @@ def _cmd_throughput(args) -> int:
     return 0
 
 
-def tuned_settings(algo, env_id: str) -> dict:
-    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own)."""
-    path = pathlib.Path(inspect.getfile(algo)).parent / "hyperparams" / f"{algo.name}.yaml"
-    if not path.is_file():
-        return {}
-    table = yaml.safe_load(path.read_text()) or {}
-    return {**(table.get("default") or {}), **(table.get(env_id) or {})}
-
-
 def _cmd_train(args) -> int:
     """Train; under torchrun every rank runs this, and rank 0 alone prints (see rl_suite/distributed.py)."""
     from rl_suite import distributed
-    from rl_suite.config import ConfigError, parse_assignments, split_overrides
-    from rl_suite.registry import load_algorithm, trusted_env_spec
+    from rl_suite.config import parse_assignments
+    from rl_suite.registry import load_algorithm
     from rl_suite.runner import RunConfig
+    from rl_suite.settings import new_run_settings, resumed_settings
 
     algo = load_algorithm(args.algo)
     flags = {
@@ -77,34 +69,16 @@ def _cmd_train(args) -> int:
         "stop_at_return": args.stop_at_return,
         "stop_at_win_rate": args.stop_at_win_rate,
         "compile": args.compile,
+        "compile_exact": args.compile_exact,
     }
     flags = {key: value for key, value in flags.items() if value is not None}
     overrides = {**flags, **parse_assignments(args.set)}
     if args.resume:
         run_dir = pathlib.Path(args.resume)
-        saved_run, saved_agent = _saved_settings(run_dir)
-        if (saved_run.get("algo"), saved_run.get("env_id")) != (algo.name, args.env_id):
-            raise ConfigError(
-                f"{run_dir} is a run of {saved_run.get('algo')} on {saved_run.get('env_id')}, not of "
-                f"{algo.name} on {args.env_id}"
-            )
-        # The positional ENV_ID is the user's confirmation of the file's id; only checked values go on to make.
-        env_id, env_kwargs = trusted_env_spec(
-            saved_run["env_id"], saved_run.get("env_kwargs"), f"the run {run_dir}", args.env_id, "ENV_ID"
-        )
-        run_values, agent_values = split_overrides({**saved_run, **saved_agent}, RunConfig, algo.Config)
-        run_values.update(env_id=env_id, env_kwargs=env_kwargs)
-        resumable = {"total_steps", "time_budget_s", "stop_at_return", "stop_at_win_rate", "progress"}
-        changed, _ = split_overrides(overrides, RunConfig, algo.Config)
-        if set(overrides) - resumable:
-            raise ConfigError(f"a resumed run keeps its settings; only {sorted(resumable)} may change")
-        run_values.update(changed)
+        run_values, agent_values = resumed_settings(algo, args.env_id, run_dir, overrides)
     else:
         run_dir = pathlib.Path(args.run_dir) if args.run_dir else None
-        run_values, agent_values = split_overrides(
-            {**tuned_settings(algo, args.env_id), **overrides}, RunConfig, algo.Config
-        )
-        run_values.update(algo=algo.name, env_id=args.env_id)
+        run_values, agent_values = new_run_settings(algo, args.env_id, overrides)
     config = RunConfig(**run_values)
     # Under torchrun: join the process group, train on cuda:LOCAL_RANK, and seed each rank differently.
     device = distributed.init(config.device, config.distributed_timeout_s)
@@ -114,25 +88,11 @@ def _cmd_train(args) -> int:
         distributed.shutdown()
 
 
-def _saved_settings(run_dir: pathlib.Path) -> tuple[dict, dict]:
-    """The ``run`` and ``agent`` sections of a run directory's config.yaml (plain YAML only)."""
-    from rl_suite.config import ConfigError, read_yaml
-
-    path = run_dir / "config.yaml"
-    if not path.is_file():
-        raise ConfigError(f"{run_dir} is not a run directory: it has no config.yaml")
-    saved = read_yaml(path)
-    sections = [saved.get(name) for name in ("run", "agent")]
-    if not all(type(section) is dict for section in sections):
-        raise ConfigError(f"{path} lacks its 'run' and 'agent' settings")
-    return sections[0], sections[1]
-
-
 def _train(algo, config, agent_values: dict, device, run_dir, resume: bool) -> int:
     from rl_suite import distributed
-    from rl_suite.checkpoint import seed_everything
     from rl_suite.config import to_plain
     from rl_suite.registry import make
+    from rl_suite.rng import seed_everything
     from rl_suite.runner import Runner
 
     seed = distributed.rank_seed(config.seed)
@@ -204,7 +164,8 @@ def _cmd_eval(args) -> int:
 
 
 def _cmd_export(args) -> int:
-    from rl_suite.export import export_run, export_sb3
+    from rl_suite.deploy.export import export_run
+    from rl_suite.deploy.sb3 import export_sb3
 
     if (args.run_dir is None) == (args.sb3 is None):
         raise ValueError("export takes exactly one source: a RUN_DIR, or --sb3 ZIP (a stable-baselines3 model)")
@@ -280,6 +241,12 @@ def build_parser() -> argparse.ArgumentParser:
     train.add_argument("--stop-at-win-rate", type=float, help="stop once an evaluation's win rate reaches this")
     train.add_argument(
         "--compile", choices=["none", "compile", "cuda_graph"], help="compile the hot loop (rl_suite/compiled.py)"
+    )
+    train.add_argument(
+        "--compile-exact",
+        action="store_true",
+        default=None,
+        help="with --compile compile on the CPU: bitwise equal to eager (rl_suite/exact_compile.py)",
     )
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")

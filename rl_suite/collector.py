@@ -1,10 +1,16 @@
 """The collector: drives a ``VecEnv`` with an agent's policy and writes every transition into the agent's buffer.
 
-The same collector serves every agent; what differs is the buffer (a ``[T, N]`` rollout or a replay ring). Episode
-statistics accumulate as device tensors and are read, with one host sync, only when the runner logs.
+The same collector loop serves every agent and every mode; what differs is the buffer (a ``[T, N]`` rollout, a replay
+ring, whole episodes), the callables it steps with (compiled or captured ones, rl_suite/compiled.py; the deterministic
+policy for evaluation, rl_suite/runner.py), and, for teams of agents, the hooks that ``MultiAgentCollector``
+overrides (rl_suite/multiagent.py). Episode statistics accumulate as device tensors and are read, with one host
+sync, only when the runner logs.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import torch
 
@@ -41,21 +47,53 @@ class EpisodeStats:
 
 
 class Collector:
-    def __init__(self, env: VecEnv, agent, buffer):
+    """Steps ``env`` with ``agent``'s policy into ``buffer``: ``act`` (default ``agent.act``) and ``step`` (default
+    ``env.step``) are the callables of the loop, and ``seed`` seeds the first reset. Without a buffer it only drives
+    the env (evaluation uses ``act`` and ``advance``)."""
+
+    def __init__(
+        self,
+        env: VecEnv,
+        agent,
+        buffer=None,
+        act: Callable | None = None,
+        step: Callable | None = None,
+        seed: int | None = None,
+    ):
         self.env, self.agent, self.buffer = env, agent, buffer
+        self.act_fn = agent.act if act is None else act
+        self.step_fn = env.step if step is None else step
         self.stats = EpisodeStats(env.device)
         # A collector-owned copy: the env overwrites its own observation buffer on every step.
-        self.obs = env.reset().clone()
+        self.obs = env.reset(seed=seed).clone()
 
     @torch.no_grad()
     def collect(self, steps: int) -> None:
         """Run ``steps`` batched env steps with the agent's policy, writing each transition to the buffer."""
+        self._collect(steps, self.step_fn)
+
+    def _collect(self, steps: int, step: Callable) -> None:
         for _ in range(steps):
-            actions, extras = self.agent.act(self.obs)
-            next_obs, reward, terminated, truncated, info = self.env.step(actions)
-            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **extras)
+            actions, extras = self.act()
+            next_obs, reward, terminated, truncated, info = step(actions)
+            fields = self.fields(info)
+            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **fields, **extras)
             self.stats.record(info)
-            self.obs.copy_(next_obs)
+            self.advance(next_obs, info)
+
+    # -- the hooks a multi-agent collector overrides ------------------------------------------------------------
+
+    def act(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        """The actions for the current observations, and the extras the agent stores with them."""
+        return self.act_fn(self.obs)
+
+    def fields(self, info: dict[str, torch.Tensor]) -> dict[str, Any]:
+        """What the buffer stores besides the transition and the agent's extras."""
+        return {}
+
+    def advance(self, next_obs: torch.Tensor, info: dict[str, torch.Tensor]) -> None:
+        """Move on to the observations after the step (the first of new episodes where episodes ended)."""
+        self.obs.copy_(next_obs)
 
     def state_dict(self) -> dict[str, torch.Tensor]:
         return {"obs": self.obs, "stats": self.stats.totals}

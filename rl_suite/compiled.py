@@ -11,7 +11,10 @@ Three modes, picked by ``make_collector(env, agent, buffer, mode)``:
     - ``agent.act``.
   A piece that cannot be compiled as one graph (a graph break, an env that overrides ``step``, such as the
   adapters) runs eagerly, with a warning that says why: a graph broken into pieces is often slower than eager.
-  On the CPU, compiled trajectories equal eager ones bitwise (see ``use_eager_cpu_numerics``).
+  Inductor's code rounds a little differently from eager kernels (1-2 ulp in transcendental functions, say). With
+  ``exact=True`` (``RunConfig.compile_exact``), compiled trajectories on the CPU equal eager ones bitwise; that mode
+  changes every compilation in the process and relies on private torch internals (``rl_suite.exact_compile``).
+  Without it, compiling here changes nothing for other code that the process compiles.
 - ``"cuda_graph"``: the whole collect (``steps`` times act + env step + buffer write + episode statistics) is
   captured once as one CUDA graph and replayed; CUDA devices only.
 """
@@ -26,104 +29,13 @@ import torch
 
 from rl_suite.collector import Collector
 from rl_suite.env import VecEnv
+from rl_suite.exact_compile import enable_exact_cpu_numerics
 
 MODES = ("none", "compile", "cuda_graph")
 
-# Inductor settings for the compiled pieces. fallback_random: random ops call the eager kernels, so compiled
-# sampling draws the same numbers from the same generator state as eager. fx_graph_cache off: the on-disk cache
-# key does not know about the lowerings that use_eager_cpu_numerics replaces, so it could hand back kernels
-# compiled without them (and with inductor's own rounding).
-INDUCTOR_OPTIONS = {"fallback_random": True, "fx_graph_cache": False}
-
-
-# -- eager numerics on the CPU ------------------------------------------------------------------------------------
-
-
-@functools.cache
-def use_eager_cpu_numerics() -> None:
-    """Make inductor's CPU code round exactly as eager CPU kernels do, so that compiled and eager trajectories are
-    bitwise equal. Installed once per process, for every later compilation in it: it replaces some of inductor's
-    lowerings for CPU tensors (CUDA graphs keep inductor's own) and turns off one dynamo rewrite (below).
-
-    What differs otherwise (torch 2.13, x86 AVX2, measured on 1000 float32 normals; 1 ulp is 6e-8 near 1):
-    - transcendental functions (sin, cos, exp, log, log1p, tanh, ...): eager calls MKL's vector math library,
-      inductor its own vectorised versions: up to 1-2 ulp apart (exp: 3.8e-6 absolute on values near 30, 8% of
-      elements; cos 31%; sin 11%). These now call the eager kernels from the compiled code (they no longer fuse
-      with their neighbours);
-    - ``add``/``sub`` with ``alpha``: eager computes ``fma(b, alpha, a)``, inductor ``a + alpha * b`` (1 ulp, 2%);
-    - ``addcmul``: eager computes ``fma(value * t1, t2, self)``, inductor ``self + value * t1 * t2`` (up to 2 ulp,
-      6-25%); and dynamo rewrites the in-place ``addcmul_`` as ``fma(t1 * t2, value, self)`` (eager CUDA's order),
-      which this turns off (``torch._dynamo.config.enable_dynamo_decompositions``) so that the addcmul reaches the
-      lowering installed here. On CUDA, inductor's own addcmul lowering computes the same fma.
-    - ``remainder`` (and ``fmod``): eager computes ``fmod`` and corrects the sign, inductor ``a - b * floor(a / b)``:
-      half of the values in [-50, 50] differ by an ulp of the dividend (Pendulum's angle normalisation).
-      These call the eager kernels too.
-    Division by a constant, lerp, the integer hashing of the random streams, the MLPs' matmuls (extern calls to the
-    same BLAS) and short reductions (a categorical policy's logsumexp) agree already; long reductions may be summed
-    in another order, so a graph with them may still differ (tests/test_compiled.py says where equality holds).
-    Random ops call the eager kernels (``fallback_random``), so they draw the same numbers.
-    """
-    import sympy
-    from torch._inductor import ir
-    from torch._inductor import lowering as L  # noqa: N812
-    from torch._inductor.virtualized import ops
-
-    aten = torch.ops.aten
-    torch._dynamo.config.enable_dynamo_decompositions = False
-
-    def on_cpu(*args) -> bool:
-        nodes = [a for a in args if isinstance(a, ir.IRNode)]
-        return bool(nodes) and all((d := n.get_device()) is not None and d.type == "cpu" for n in nodes)
-
-    def floating(node) -> bool:
-        return node.get_dtype().is_floating_point
-
-    transcendental = (aten.sin, aten.cos, aten.tan, aten.exp, aten.expm1, aten.log, aten.log1p, aten.log2)
-    transcendental += (aten.tanh, aten.sigmoid, aten.atan, aten.atan2, aten.asin, aten.acos, aten.pow, aten.erf)
-    for packet in (*transcendental, aten.remainder, aten.fmod):
-        for name in packet.overloads():
-            op = getattr(packet, name)
-            original = L.lowerings.get(op)
-            if original is None or name.endswith("out") or name.endswith("_"):
-                continue
-            eager = L.fallback_handler(op, add_to_fallback_set=False)
-
-            def lowering(*args, _original=original, _eager=eager, **kwargs):
-                return (_eager if on_cpu(*args) else _original)(*args, **kwargs)
-
-            L.lowerings[op] = lowering
-
-    for op, sign in ((aten.add.Tensor, 1), (aten.sub.Tensor, -1)):
-        original = L.lowerings[op]
-
-        def add_with_alpha(a, b, *, alpha=None, _original=original, _sign=sign):
-            if alpha is not None and alpha != 1 and on_cpu(a, b) and floating(a) and floating(b):
-                return L._add_with_alpha_fma(a, b, _sign * alpha)
-            return _original(a, b, alpha=alpha)
-
-        L.lowerings[op] = add_with_alpha
-
-    original_addcmul = L.lowerings[aten.addcmul.default]
-
-    def addcmul(self, tensor1, tensor2, *, value=1):
-        nodes = (self, tensor1, tensor2)
-        if not (on_cpu(*nodes) and all(isinstance(n, ir.IRNode) and floating(n) for n in nodes)) or isinstance(
-            value, sympy.Basic
-        ):
-            return original_addcmul(self, tensor1, tensor2, value=value)
-        dtype = self.get_dtype()
-        if any(n.get_dtype() != dtype for n in nodes):
-            return original_addcmul(self, tensor1, tensor2, value=value)
-        nodes = L.broadcast_tensors(*nodes)
-        loaders = [n.make_loader() for n in nodes]
-
-        def inner(index):
-            s, a, b = (load(index) for load in loaders)
-            return ops.fma(ops.mul(ops.constant(value, dtype), a), b, s)
-
-        return L.Pointwise.create(device=self.get_device(), dtype=dtype, inner_fn=inner, ranges=nodes[0].get_size())
-
-    L.lowerings[aten.addcmul.default] = addcmul
+# Inductor settings for the compiled pieces, for their compilation alone. fallback_random: random ops call the eager
+# kernels, so compiled sampling draws the same numbers from the same generator state as eager, in both modes.
+INDUCTOR_OPTIONS = {"fallback_random": True}
 
 
 # -- compiling the pieces -----------------------------------------------------------------------------------------
@@ -132,11 +44,12 @@ def use_eager_cpu_numerics() -> None:
 class WholeGraphOrEager:
     """``fn`` compiled as one graph (``fullgraph=True``). If it cannot be (a graph break), warn once with the reason
     and call ``fn`` eagerly from then on: a graph broken into pieces adds guards and copies and is often slower.
-    Tracing fails before anything runs, so falling back repeats no side effect."""
+    Tracing fails before anything runs, so falling back repeats no side effect. ``exact``: see
+    ``rl_suite.exact_compile``."""
 
-    def __init__(self, fn: Callable, name: str, exact: bool = True, options: dict | None = None):
+    def __init__(self, fn: Callable, name: str, exact: bool = False, options: dict | None = None):
         if exact:
-            use_eager_cpu_numerics()
+            enable_exact_cpu_numerics()
         self.eager, self.name = fn, name
         options = {**INDUCTOR_OPTIONS, **(options or {})}
         self.compiled = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
@@ -157,7 +70,7 @@ class WholeGraphOrEager:
         return self.eager(*args, **kwargs)
 
 
-def compile_env_step(env: VecEnv, exact: bool = True, masked_resets: bool | None = None) -> Callable:
+def compile_env_step(env: VecEnv, exact: bool = False, masked_resets: bool | None = None) -> Callable:
     """``env.step`` with its tensor work compiled; it returns what ``env.step`` does (the env's own buffers).
 
     With masked resets (the default on CUDA) the whole step compiles into one graph. With resets by index (the
@@ -195,7 +108,7 @@ def compile_env_step(env: VecEnv, exact: bool = True, masked_resets: bool | None
     return step
 
 
-def compile_act(agent, exact: bool = True) -> Callable:
+def compile_act(agent, exact: bool = False) -> Callable:
     """``agent.act`` compiled as one graph (or eager, with a warning, if it breaks)."""
     return WholeGraphOrEager(agent.act, f"{type(agent).__name__}.act", exact)
 
@@ -204,21 +117,11 @@ def compile_act(agent, exact: bool = True) -> Callable:
 
 
 class CompiledCollector(Collector):
-    """The collector with the env step and ``agent.act`` compiled (``mode="compile"``)."""
+    """The collector with the env step and ``agent.act`` compiled (``mode="compile"``); ``exact``: bitwise equal to
+    eager on the CPU (``rl_suite.exact_compile``)."""
 
-    def __init__(self, env: VecEnv, agent, buffer, exact: bool = True):
-        super().__init__(env, agent, buffer)
-        self.step_fn = compile_env_step(env, exact)
-        self.act_fn = compile_act(agent, exact)
-
-    @torch.no_grad()
-    def collect(self, steps: int) -> None:
-        for _ in range(steps):
-            actions, extras = self.act_fn(self.obs)
-            next_obs, reward, terminated, truncated, info = self.step_fn(actions)
-            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **extras)
-            self.stats.record(info)
-            self.obs.copy_(next_obs)
+    def __init__(self, env: VecEnv, agent, buffer, exact: bool = False):
+        super().__init__(env, agent, buffer, act=compile_act(agent, exact), step=compile_env_step(env, exact))
 
 
 class GraphCollector(Collector):
@@ -249,31 +152,22 @@ class GraphCollector(Collector):
                 f"the cuda_graph mode supports rollout buffers (on-policy agents), whose collect always starts at "
                 f"the same row; {type(buffer).__name__} moves on between collects"
             )
-        super().__init__(env, agent, buffer)
-        self.act_fn = compile_act(agent, exact=False) if compiled else agent.act
         if compiled:
-            self._env_step = compile_env_step(env, exact=False, masked_resets=True).compiled
+            tensor_work = compile_env_step(env, masked_resets=True).compiled
 
-            def env_step(actions):
-                self._env_step(actions)
+            def step(actions):
+                tensor_work(actions)
                 return env._obs, env._reward, env._terminated, env._truncated, env._step_info()
 
-            self.env_step = env_step
         else:
-            self.env_step = functools.partial(env._step_checked, masked_resets=True)
+            step = functools.partial(env._step_checked, masked_resets=True)
+        super().__init__(env, agent, buffer, act=compile_act(agent) if compiled else agent.act, step=step)
         self.graph: torch.cuda.CUDAGraph | None = None
         self.graph_key: tuple[int, int] | None = None  # (steps, the buffer row the graph starts writing at)
         self.graph_end = 0  # the buffer row after a replay
 
-    def _body(self, steps: int, checked: bool = False) -> None:
-        for _ in range(steps):
-            actions, extras = self.act_fn(self.obs)
-            next_obs, reward, terminated, truncated, info = self.env_step(
-                self.env.check_actions(actions) if checked else actions
-            )
-            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **extras)
-            self.stats.record(info)
-            self.obs.copy_(next_obs)
+    def _checked_step(self, actions: torch.Tensor):
+        return self.step_fn(self.env.check_actions(actions))
 
     @torch.no_grad()
     def collect(self, steps: int) -> None:
@@ -292,7 +186,7 @@ class GraphCollector(Collector):
         side = torch.cuda.Stream(self.env.device)
         side.wait_stream(torch.cuda.current_stream(self.env.device))
         with torch.cuda.stream(side):
-            self._body(steps, checked=True)
+            self._collect(steps, self._checked_step)
         torch.cuda.current_stream(self.env.device).wait_stream(side)
         torch.cuda.synchronize(self.env.device)
         # Capture from the same starting row; capturing records kernels without running them, so the data of the
@@ -301,7 +195,7 @@ class GraphCollector(Collector):
         graph = torch.cuda.CUDAGraph()
         try:
             with torch.cuda.graph(graph):
-                self._body(steps)
+                self._collect(steps, self.step_fn)
         except RuntimeError as error:
             self.graph = None
             raise RuntimeError(
@@ -314,12 +208,18 @@ class GraphCollector(Collector):
         self.graph, self.graph_key, self.graph_end = graph, key, end
 
 
-def make_collector(env: VecEnv, agent, buffer, mode: str = "none") -> Collector:
-    """The collector for ``RunConfig.compile``: ``"none"``, ``"compile"`` or ``"cuda_graph"``."""
+def make_collector(env: VecEnv, agent, buffer, mode: str = "none", exact: bool = False) -> Collector:
+    """The collector for ``RunConfig.compile``: ``"none"``, ``"compile"`` or ``"cuda_graph"``; ``exact`` is
+    ``RunConfig.compile_exact``."""
+    if exact and (mode != "compile" or env.device.type != "cpu"):
+        raise ValueError(
+            f"compile_exact makes compile='compile' round as eager does on the CPU; it does not apply to "
+            f"compile={mode!r} on {env.device.type}. Turn compile_exact off, or use compile='compile' on the CPU"
+        )
     if mode == "none":
         return Collector(env, agent, buffer)
     if mode == "compile":
-        return CompiledCollector(env, agent, buffer)
+        return CompiledCollector(env, agent, buffer, exact)
     if mode == "cuda_graph":
         return GraphCollector(env, agent, buffer)
     raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")

@@ -1,4 +1,4 @@
-"""The multi-agent form of the env contract, and the collector and evaluation that drive it.
+"""The multi-agent form of the env contract, and the collector that drives it.
 
 A ``MultiAgentVecEnv`` is a ``VecEnv`` with an agent axis. With ``N = num_envs`` and ``A = num_agents``:
 
@@ -21,8 +21,9 @@ A ``MultiAgentVecEnv`` is a ``VecEnv`` with an agent axis. With ``N = num_envs``
 - Bad input gets a clear error: actions for the wrong number of agents, and (where value checks are on, the CPU
   default) an action that the mask marks unavailable.
 
-Multi-agent agents (MAPPO, QMIX) act on a dict of inputs (``obs``, ``global_state``, ``alive`` and, for discrete
-actions, ``avail_actions``) and carry a memory between steps (recurrent hidden states, the last action):
+Multi-agent agents (MAPPO, QMIX) derive from ``rl_suite.agent.MultiAgentAgent``: they act on a dict of inputs
+(``obs``, ``global_state``, ``alive`` and, for discrete actions, ``avail_actions``) and carry a memory between steps
+(recurrent hidden states, the last action):
 
     memory = agent.initial_memory(num_envs)                       # dict of [N, ...] tensors; {} for none
     actions, extras, memory = agent.act(inputs, memory, deterministic=False)
@@ -33,13 +34,14 @@ inputs and ``next_global_state`` / ``next_alive`` / ``next_avail_actions``, into
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import gymnasium as gym
 import numpy as np
 import torch
 
-from rl_suite.collector import EpisodeStats
+from rl_suite.collector import Collector, EpisodeStats
 from rl_suite.env import VecEnv
 
 
@@ -197,13 +199,9 @@ def _fill_rows(out: torch.Tensor, env_ids: torch.Tensor | None, value) -> None:
         out[env_ids] = value
 
 
-def is_multiagent(env) -> bool:
-    return isinstance(env, MultiAgentVecEnv)
-
-
-def agent_inputs(env: MultiAgentVecEnv, obs: torch.Tensor) -> dict[str, torch.Tensor]:
-    """What a multi-agent policy acts on, as views of the env's current buffers."""
-    inputs = {"obs": obs, "global_state": env.global_state, "alive": env.alive}
+def env_inputs(env: MultiAgentVecEnv) -> dict[str, torch.Tensor]:
+    """What a multi-agent policy acts on besides the observations, as views of the env's current buffers."""
+    inputs = {"global_state": env.global_state, "alive": env.alive}
     if env.avail_actions is not None:
         inputs["avail_actions"] = env.avail_actions
     return inputs
@@ -216,39 +214,38 @@ def reset_memory(memory: dict[str, torch.Tensor], done: torch.Tensor) -> None:
         value.mul_(keep.view(-1, *[1] * (value.dim() - 1)))
 
 
-class MultiAgentCollector:
-    """The multi-agent collector: the ``Collector``'s loop, with the global state, masks and the agent's memory."""
+class MultiAgentCollector(Collector):
+    """The ``Collector`` for teams: the agent acts on the global state and masks too and carries a memory, which is
+    zeroed where episodes end; the buffer gets the inputs and, of the next step, the global state, masks and the
+    per-agent rewards that it stores."""
 
-    def __init__(self, env: MultiAgentVecEnv, agent, buffer):
-        self.env, self.agent, self.buffer = env, agent, buffer
-        if "agent_reward" in buffer.fields and not env.has_agent_rewards:
+    def __init__(self, env: MultiAgentVecEnv, agent, buffer=None, act: Callable | None = None, seed: int | None = None):
+        if buffer is not None and "agent_reward" in buffer.fields and not env.has_agent_rewards:
             raise ValueError(f"{agent.name} was set to learn per-agent rewards, but {env} reports none")
+        super().__init__(env, agent, buffer, act, seed=seed)
         self.stats = EpisodeStats(env.device, wins=env.has_winner)
         # Collector-owned copies: the env overwrites its buffers on every step.
-        self.inputs = {k: v.clone() for k, v in agent_inputs(env, env.reset()).items()}
+        self.inputs = {"obs": self.obs, **{key: value.clone() for key, value in env_inputs(env).items()}}
         self.memory = agent.initial_memory(env.num_envs)
 
-    @property
-    def obs(self) -> torch.Tensor:
-        return self.inputs["obs"]
+    def act(self) -> tuple[torch.Tensor, dict[str, torch.Tensor]]:
+        actions, extras, self.memory = self.act_fn(self.inputs, self.memory)
+        return actions, extras
 
-    @torch.no_grad()
-    def collect(self, steps: int) -> None:
-        for _ in range(steps):
-            actions, extras, self.memory = self.agent.act(self.inputs, self.memory)
-            next_obs, reward, terminated, truncated, info = self.env.step(actions)
-            fields = {key: value for key, value in self.inputs.items() if key != "obs"}
-            fields["next_global_state"], fields["next_alive"] = info["final_global_state"], info["final_alive"]
-            if "final_avail_actions" in info:
-                fields["next_avail_actions"] = info["final_avail_actions"]
-            if "agent_reward" in info:
-                fields["agent_reward"] = info["agent_reward"]
-            fields = {key: value for key, value in fields.items() if key in self.buffer.fields}  # what it stores
-            self.buffer.add(self.obs, actions, reward, terminated, truncated, info["final_obs"], **fields, **extras)
-            self.stats.record(info)
-            for key, value in agent_inputs(self.env, next_obs).items():
-                self.inputs[key].copy_(value)
-            reset_memory(self.memory, info["done"])
+    def fields(self, info: dict[str, torch.Tensor]) -> dict[str, Any]:
+        fields = {key: value for key, value in self.inputs.items() if key != "obs"}
+        fields["next_global_state"], fields["next_alive"] = info["final_global_state"], info["final_alive"]
+        if "final_avail_actions" in info:
+            fields["next_avail_actions"] = info["final_avail_actions"]
+        if "agent_reward" in info:
+            fields["agent_reward"] = info["agent_reward"]
+        return {key: value for key, value in fields.items() if key in self.buffer.fields}  # what it stores
+
+    def advance(self, next_obs: torch.Tensor, info: dict[str, torch.Tensor]) -> None:
+        super().advance(next_obs, info)
+        for key, value in env_inputs(self.env).items():
+            self.inputs[key].copy_(value)
+        reset_memory(self.memory, info["done"])
 
     def state_dict(self) -> dict[str, Any]:
         return {"inputs": self.inputs, "memory": self.memory, "stats": self.stats.totals}
@@ -259,37 +256,3 @@ class MultiAgentCollector:
         for key, value in state["memory"].items():
             self.memory[key].copy_(value)
         self.stats.totals.copy_(state["stats"])
-
-
-@torch.no_grad()
-def evaluate_multiagent(agent, env: MultiAgentVecEnv, seed: int) -> dict[str, Any]:
-    """Mean and spread of the team return of the deterministic policies over the first episode of each of the
-    ``env.num_envs`` environments, and the win rate where the task has winners."""
-    inputs = agent_inputs(env, env.reset(seed=seed))
-    memory = agent.initial_memory(env.num_envs)
-    returns = torch.zeros(env.num_envs, device=env.device)
-    wins = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
-    steps = 0
-    while True:
-        actions, _, memory = agent.act(inputs, memory, deterministic=True)
-        obs, _, _, _, info = env.step(actions)
-        first = info["done"] & ~finished
-        returns = torch.where(first, info["episode_return"], returns)
-        if "won" in info:
-            wins |= first & info["won"]
-        finished |= info["done"]
-        inputs = agent_inputs(env, obs)
-        reset_memory(memory, info["done"])
-        steps += 1
-        if (steps % 32 == 0 or steps == env.max_episode_steps) and bool(finished.all()):
-            break
-    returns = returns.double()
-    result = {
-        "mean_return": returns.mean().item(),
-        "std_return": returns.std(unbiased=False).item(),
-        "episodes": env.num_envs,
-    }
-    if env.has_winner:
-        result["win_rate"] = wins.double().mean().item()
-    return result

@@ -1,17 +1,19 @@
 """What the on-policy agents (PPO, FPO, PolicyFlow) share: values and GAE advantages from a rollout with truncation
-bootstrapping, reward scaling by the running spread of the discounted return, the PPO-clip surrogate, and the loop of
-epochs over shuffled minibatches."""
+bootstrapping, reward scaling by the running spread of the discounted return, the PPO-clip surrogate, the loop of
+epochs over shuffled minibatches, and ``OnPolicyAgent``, the frame around each one's own networks and loss."""
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
 
 import torch
 from torch import nn
 
 from rl_suite import distributed
-from rl_suite.buffers import gae
+from rl_suite.agent import Agent
+from rl_suite.buffers import RolloutBuffer, gae
+from rl_suite.networks import RunningNorm
+from rl_suite.optim import finite_or_warn, gradient_step
 
 
 @torch.no_grad()
@@ -91,18 +93,6 @@ def minibatches(samples: dict[str, torch.Tensor], count: int, device) -> Iterato
         yield {k: v[start : start + batch] for k, v in shuffled.items()}
 
 
-def gradient_step(optimizer, loss: torch.Tensor, parameters, max_grad_norm: float, lr: float | None = None) -> None:
-    if lr is not None:
-        for group in optimizer.param_groups:
-            group["lr"] = lr
-    optimizer.zero_grad(set_to_none=True)
-    loss.backward()
-    distributed.average_gradients(parameters)  # under torchrun; a no-op in a single process
-    if max_grad_norm > 0:
-        nn.utils.clip_grad_norm_(parameters, max_grad_norm, foreach=True)
-    optimizer.step()
-
-
 def train_epochs(
     samples: dict[str, torch.Tensor],
     epochs: int,
@@ -129,15 +119,6 @@ def train_epochs(
     return {key: value / max(steps, 1) for key, value in totals.items()}
 
 
-def finite_or_warn(loss: torch.Tensor, agent: str) -> bool:
-    """Whether ``loss`` is finite (a host sync); if not, warn that the minibatch's update is skipped. Under torchrun
-    the answer is agreed by all ranks (finite everywhere), so that they skip or step together."""
-    if distributed.all_true(torch.isfinite(loss)):
-        return True
-    warnings.warn(f"{agent}: non-finite loss; this minibatch's update is skipped", stacklevel=3)
-    return False
-
-
 def adapt_lr(lr: float, kl: float, target: float) -> float:
     """rsl_rl's and rl_games' rule: divide the learning rate by 1.5 when the KL is over twice the target, multiply
     it by 1.5 when under half, within [1e-5, 1e-2]."""
@@ -146,3 +127,87 @@ def adapt_lr(lr: float, kl: float, target: float) -> float:
     if kl < target / 2:
         return min(lr * 1.5, 1e-2)
     return lr
+
+
+class OnPolicyAgent(Agent):
+    """The frame that PPO, FPO and PolicyFlow share around their own networks and losses.
+
+    ``__init__`` builds what none of them chooses: the observation normaliser (``normalize_obs``), the statistics of
+    the discounted return that reward scaling divides by (``scale_rewards``), the current learning rate and the count
+    of skipped updates. The agent's own ``__init__`` then builds its actor, ``self.critic`` and ``self.scaler``, and
+    hands them with its optimiser to ``register``. Its ``update`` calls ``rollout_targets``, then ``train_epochs`` with
+    ``minibatch_step`` on its loss, then ``finish_update``. The config needs ``n_steps``, ``lr``, ``gamma``,
+    ``gae_lambda``, ``max_grad_norm``, ``normalize_obs`` and ``scale_rewards``.
+    """
+
+    def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
+        super().__init__(observation_space, action_space, config, device, **overrides)
+        c = self.config
+        self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
+        self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
+        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
+        self.lr = c.lr  # the current learning rate (schedules and adaptive KL rules move it)
+        self.skipped_updates = 0
+
+    def register(self, policy: dict[str, nn.Module], optimizer: type[torch.optim.Optimizer], **settings) -> None:
+        """Register the normaliser, the ``policy`` modules (in order), ``self.critic``, ``self.scaler`` and the return
+        statistics for checkpoints, move them to the device, and make the one ``optimizer(parameters, **settings)``
+        over the policy's and the critic's parameters."""
+        others = {"critic": self.critic, "scaler": self.scaler, "return_norm": self.return_norm}
+        self.modules = {"normalizer": self.normalizer, **policy, **others}
+        for module in self.modules.values():
+            module.to(self.device)
+        self.parameters = [p for module in (*policy.values(), self.critic) for p in module.parameters()]
+        self.optimizer = optimizer(self.parameters, **settings)
+        self.optimizers = {"optimizer": self.optimizer}
+
+    @property
+    def steps_per_iteration(self) -> int:
+        return self.config.n_steps
+
+    @torch.no_grad()
+    def rollout_targets(
+        self, d: dict[str, torch.Tensor]
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+        """``(obs, values, advantages, returns)`` of the rollout fields ``d``, each ``[T, N, ...]``: the observations
+        normalised, and the rewards scaled first if ``scale_rewards``."""
+        c = self.config
+        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+        obs = self.normalizer(d["obs"])
+        values, advantages, returns = advantages_and_returns(
+            d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
+        )
+        return obs, values, advantages, returns
+
+    def minibatch_step(
+        self, losses: dict[str, torch.Tensor], adapt_to_kl: float | None = None
+    ) -> dict[str, torch.Tensor] | None:
+        """One gradient step on ``losses["loss"]`` at the current learning rate; returns the detached losses, or
+        ``None`` (counted in ``skipped_updates``) when the loss is not finite. With ``adapt_to_kl`` the learning rate
+        then follows ``losses["approx_kl"]`` (averaged over the ranks) towards it (``adapt_lr``)."""
+        if not finite_or_warn(losses["loss"], type(self).__name__):
+            self.skipped_updates += 1
+            return None
+        gradient_step(self.optimizer, losses["loss"], self.parameters, self.config.max_grad_norm, lr=self.lr)
+        if adapt_to_kl is not None:
+            self.lr = adapt_lr(self.lr, distributed.mean(losses["approx_kl"]), adapt_to_kl)
+        return {key: value.detach() for key, value in losses.items()}
+
+    def finish_update(self, buffer: RolloutBuffer) -> None:
+        """The normaliser learns from the rollout only after the epochs, so that log-probabilities stayed consistent
+        during them; the rollout is then emptied."""
+        if self.config.normalize_obs:
+            self.normalizer.update(buffer.data["obs"])
+        buffer.clear()
+
+    def counters(self):
+        return {
+            "lr": self.lr,
+            "skipped_updates": self.skipped_updates,
+            "discounted_return": self.reward_scaler.discounted_return,
+        }
+
+    def load_counters(self, counters) -> None:
+        # FPO's checkpoints from before it kept a learning rate lack "lr": its learning rate never moves.
+        self.lr, self.skipped_updates = counters.get("lr", self.config.lr), counters["skipped_updates"]
+        self.reward_scaler.discounted_return = counters["discounted_return"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime
+import functools
 import json
 import math
 import pathlib
@@ -38,10 +39,11 @@ from rl_suite.checkpoint import (
     rng_state,
     set_rng_state,
 )
+from rl_suite.collector import Collector
 from rl_suite.compiled import make_collector
 from rl_suite.config import to_plain
 from rl_suite.env import VecEnv
-from rl_suite.multiagent import MultiAgentCollector, evaluate_multiagent, is_multiagent
+from rl_suite.multiagent import MultiAgentCollector, MultiAgentVecEnv
 
 
 @dataclasses.dataclass(frozen=True)
@@ -90,8 +92,13 @@ class RunConfig:
     """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
     compile: str = "none"
     """The hot loop (act + env step + buffer write): ``none`` (eager), ``compile`` (``torch.compile`` of the env step
-    and ``agent.act``; on the CPU bitwise equal to eager) or ``cuda_graph`` (each rollout captured as one CUDA graph;
-    CUDA, on-policy agents whose ``act`` does not sync with the host). See rl_suite/compiled.py."""
+    and ``agent.act``; bitwise equal to eager on the CPU with ``compile_exact``) or ``cuda_graph`` (each rollout
+    captured as one CUDA graph; CUDA, on-policy agents whose ``act`` does not sync with the host). See
+    rl_suite/compiled.py."""
+    compile_exact: bool = False
+    """With ``compile="compile"`` on the CPU: compiled rollouts bitwise equal to eager ones (otherwise they differ by
+    an ulp here and there). It replaces private inductor lowerings for the whole process, for every later
+    ``torch.compile`` in it, and was checked on torch 2.13 only (see rl_suite/exact_compile.py)."""
     distributed_timeout_s: float = 1800.0
     """Under torchrun: how long a collective waits for a rank that stopped answering before the run fails (a rank
     that dies ends the run sooner: torchrun stops the other workers)."""
@@ -110,27 +117,35 @@ def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
     """Mean and standard deviation of the return of the deterministic policy over ``env.num_envs`` episodes: the
     first episode of each environment, so that short episodes are not over-represented. Multi-agent envs report the
     team return, and the win rate where the task has winners."""
-    if is_multiagent(env):
-        return evaluate_multiagent(agent, env, seed)
-    obs = env.reset(seed=seed)
+    # The collector's policy side (its act and advance, and a team's memory), with the deterministic policy.
+    kind = MultiAgentCollector if isinstance(env, MultiAgentVecEnv) else Collector
+    player = kind(env, agent, act=functools.partial(agent.act, deterministic=True), seed=seed)
     returns = torch.zeros(env.num_envs, device=env.device)
+    wins = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     steps = 0
     while True:
-        actions, _ = agent.act(obs, deterministic=True)
+        actions, _ = player.act()
         obs, _, _, _, info = env.step(actions)
-        returns = torch.where(info["done"] & ~finished, info["episode_return"], returns)
+        first = info["done"] & ~finished
+        returns = torch.where(first, info["episode_return"], returns)
+        if "won" in info:
+            wins |= first & info["won"]
         finished |= info["done"]
+        player.advance(obs, info)
         steps += 1
         # Ask the device whether all have finished only now and then: each question is a host sync.
         if (steps % 32 == 0 or steps == env.max_episode_steps) and bool(finished.all()):
             break
     returns = returns.double()
-    return {
+    result = {
         "mean_return": returns.mean().item(),
         "std_return": returns.std(unbiased=False).item(),
         "episodes": env.num_envs,
     }
+    if "won" in info:
+        result["win_rate"] = wins.double().mean().item()
+    return result
 
 
 class Runner:
@@ -169,15 +184,13 @@ class Runner:
                 **config.env_kwargs,
             )
         self.eval_env = eval_env
-        # Multi-agent learners that store whole episodes (QMIX) size them by the env's time limit.
-        limit = {"max_episode_steps": env.max_episode_steps} if is_multiagent(env) else {}
-        self.buffer = agent.make_buffer(env.num_envs, **limit)
-        if is_multiagent(env):
+        self.buffer = agent.make_buffer(env.num_envs, max_episode_steps=env.max_episode_steps)
+        if isinstance(env, MultiAgentVecEnv):
             if config.compile != "none":
                 raise ValueError(f"compile={config.compile!r} supports single-agent envs only; use compile='none'")
             self.collector = MultiAgentCollector(env, agent, self.buffer)
         else:
-            self.collector = make_collector(env, agent, self.buffer, config.compile)
+            self.collector = make_collector(env, agent, self.buffer, config.compile, config.compile_exact)
         # Counters a checkpoint restores.
         self.env_steps = self.iterations = 0
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run

@@ -8,8 +8,9 @@ import json
 import pytest
 import yaml
 
-from rl_suite.cli import main, tuned_settings
+from rl_suite.cli import main
 from rl_suite.registry import load_algorithm
+from rl_suite.settings import tuned_settings
 
 QUICK = [
     "--total-steps",

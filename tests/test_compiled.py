@@ -1,10 +1,15 @@
-"""The compiled hot loop (rl_suite.compiled) equals the eager one, bitwise, on the CPU; the CUDA graph path needs CUDA.
+"""The compiled hot loop (rl_suite.compiled) in exact mode equals the eager one, bitwise, on the CPU; without exact mode
+compiling changes nothing for the rest of the process; the CUDA graph path needs CUDA.
 
 Compiling takes seconds per graph on a small CPU, so the tests compile few graphs on small shapes. N = 37 is odd on
 purpose: the vectorised kernels then run their scalar tails too.
 """
 
 from __future__ import annotations
+
+import json
+import subprocess
+import sys
 
 import pytest
 import torch
@@ -43,7 +48,7 @@ def flat(outputs) -> list[torch.Tensor]:
 @pytest.mark.parametrize("env_id", TASKS)
 def test_compiled_step_equals_eager_under_random_actions(env_id):
     eager_env, compiled_env = (rl_suite.make(env_id, num_envs=N, seed=3) for _ in range(2))
-    step = compile_env_step(compiled_env)
+    step = compile_env_step(compiled_env, exact=True)
     eager_env.reset(seed=3), compiled_env.reset(seed=3)
     ended = 0
     for t, actions in enumerate(random_actions(eager_env, 300)):
@@ -59,7 +64,8 @@ def test_compiled_step_equals_eager_under_random_actions(env_id):
 
 @pytest.mark.parametrize("env_id", TASKS)
 def test_compiled_collector_equals_eager_with_ppo(env_id):
-    """PPO's act and the env step compiled: the same actions, rollouts and episode statistics, over 300 steps."""
+    """PPO's act and the env step compiled exactly: the same actions, rollouts and episode statistics, over 300
+    steps."""
 
     def rollouts(collector_type):
         torch.manual_seed(0)
@@ -76,7 +82,7 @@ def test_compiled_collector_equals_eager_with_ppo(env_id):
         return data, collector.stats.totals.clone(), collector
 
     expected, expected_stats, _ = rollouts(Collector)
-    got, got_stats, collector = rollouts(CompiledCollector)
+    got, got_stats, collector = rollouts(lambda env, agent, buffer: CompiledCollector(env, agent, buffer, exact=True))
     assert collector.act_fn.compiled is not None, collector.act_fn.fallback_reason
     assert collector.step_fn.compiled.compiled is not None, collector.step_fn.compiled.fallback_reason
     for i, (a, b) in enumerate(zip(expected, got, strict=True)):
@@ -119,15 +125,85 @@ def test_modes_and_their_errors():
         ValueError, match="the cuda_graph mode captures CUDA graphs and needs a CUDA device; the env is on cpu"
     ):
         make_collector(env, agent, agent.make_buffer(4), "cuda_graph")
+    with pytest.raises(
+        ValueError,
+        match="compile_exact makes compile='compile' round as eager does on the CPU; it does not apply to "
+        "compile='none' on cpu",
+    ):
+        make_collector(env, agent, agent.make_buffer(4), "none", exact=True)
+
+
+# Builds a compiled collector through the runner (exact or not, as argv[1] says), collects, and prints what changed
+# in the process's compiler state: inductor's lowering table and dynamo's and inductor's configs.
+COMPILER_STATE_CHANGES = """
+import json, sys, tempfile, torch
+from torch._inductor import config as inductor_config, lowering
+import rl_suite
+from rl_suite.agents import PPO
+from rl_suite.runner import RunConfig, Runner
+
+def state():
+    return dict(lowering.lowerings), torch._dynamo.config.get_config_copy(), inductor_config.get_config_copy()
+
+before = state()
+env = rl_suite.make("Pendulum-v1", num_envs=4, seed=0)
+config = RunConfig(compile="compile", compile_exact=sys.argv[1] == "exact", eval_episodes=0, progress=False)
+collector = Runner(PPO.for_env(env), env, config, run_dir=tempfile.mkdtemp()).collector
+collector.collect(2)
+assert collector.act_fn.compiled is not None and collector.step_fn.compiled.compiled is not None  # it compiled
+after = state()
+changed = [str(op) for op in before[0] if after[0][op] is not before[0][op]]
+changed += [f"dynamo.{key}" for key in before[1] if after[1][key] != before[1][key]]
+changed += [f"inductor.{key}" for key in before[2] if after[2][key] != before[2][key]]
+print(json.dumps(changed))
+"""
+
+
+@pytest.mark.parametrize("mode", ["default", "exact"])
+def test_only_exact_mode_changes_how_the_process_compiles(mode):
+    """Without compile_exact, compiling the hot loop leaves the lowerings and configs that other code compiles with
+    as they were; with it, the documented ones change. In a fresh process: exact mode, once on, stays on."""
+    result = subprocess.run(
+        [sys.executable, "-c", COMPILER_STATE_CHANGES, mode], capture_output=True, text=True, timeout=300
+    )
+    assert result.returncode == 0, result.stderr
+    changed = json.loads(result.stdout.strip().splitlines()[-1])
+    if mode == "default":
+        assert changed == []
+    else:
+        assert {"aten.exp.default", "aten.remainder.Tensor", "aten.add.Tensor", "aten.addcmul.default"} <= set(changed)
+        assert {"dynamo.enable_dynamo_decompositions", "inductor.fx_graph_cache"} <= set(changed)
+
+
+def test_exact_mode_warns_once_on_a_torch_it_was_not_checked_on():
+    code = (
+        "import warnings, torch\n"
+        "torch.__version__ = '2.99.0'\n"
+        "from rl_suite.exact_compile import enable_exact_cpu_numerics\n"
+        "with warnings.catch_warnings(record=True) as caught:\n"
+        "    warnings.simplefilter('always')\n"
+        "    enable_exact_cpu_numerics(), enable_exact_cpu_numerics()\n"
+        "print(len(caught), caught[0].message)\n"
+    )
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == (
+        "1 compile_exact replaces private inductor internals and was checked on torch 2.13 only; with torch 2.99.0 "
+        "compiled runs may not equal eager ones bitwise"
+    )
 
 
 def test_the_runner_and_the_cli_pick_the_collector_by_the_compile_setting(tmp_path):
+    from rl_suite.cli import build_parser
     from rl_suite.runner import RunConfig, Runner
 
     env = CartPole(4)
     agent = PPO.for_env(env)
     runner = Runner(agent, env, RunConfig(compile="compile", eval_episodes=0, progress=False), run_dir=tmp_path)
     assert type(runner.collector) is CompiledCollector
+    parse = build_parser().parse_args
+    assert parse(["train", "ppo", "CartPole-v1", "--compile", "compile", "--compile-exact"]).compile_exact is True
+    assert parse(["train", "ppo", "CartPole-v1"]).compile_exact is None  # unset: the YAML or --set decides
     skirmish = rl_suite.make("Skirmish-3m-v0", num_envs=2)
     from rl_suite.agents.mappo import MAPPO
 

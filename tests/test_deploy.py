@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from rl_suite.deploy import ControlLoop, Robot, load_policy
-from rl_suite.export import export_policy
+from rl_suite.deploy.export import export_policy
 from rl_suite.registry import load_algorithm
 
 pytest.importorskip("onnxruntime")
@@ -266,7 +266,8 @@ def test_the_runtime_imports_no_agent_and_no_simulator():
 
     code = (
         "import sys, rl_suite.deploy; "
-        "prefixes = ('rl_suite.agents', 'rl_suite.envs', 'rl_suite.export'); "
+        "prefixes = ('rl_suite.agents', 'rl_suite.envs', 'rl_suite.deploy.export', 'rl_suite.deploy.sb3', "
+        "'rl_suite.deploy.inference'); "
         "bad = sorted(m for m in sys.modules if m.startswith(prefixes)); "
         "print(bad)"
     )

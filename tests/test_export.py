@@ -3,6 +3,7 @@ clear refusals, and ``rl-suite export`` on a real run."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import gymnasium as gym
@@ -10,9 +11,12 @@ import numpy as np
 import pytest
 import torch
 
+from rl_suite.agent import Agent, MultiAgentAgent
 from rl_suite.cli import main
 from rl_suite.deploy import load_policy
-from rl_suite.export import ExportError, export_policy
+from rl_suite.deploy.export import ExportError, export_policy
+from rl_suite.deploy.inference import MLPInference
+from rl_suite.networks import ActionScaler
 from rl_suite.registry import load_algorithm
 from rl_suite.spaces import space_to_dict
 
@@ -44,7 +48,7 @@ def perturbed(agent):
 
 def make(algo: str, action_space=BOX, **overrides):
     cls = load_algorithm(algo)
-    if cls.multiagent:
+    if issubclass(cls, MultiAgentAgent):
         return perturbed(cls(MA_OBS, action_space, global_state_space=MA_STATE, hidden=(32, 32), **overrides))
     return perturbed(cls(OBS, action_space, hidden=(32, 32), **overrides))
 
@@ -75,7 +79,7 @@ def test_exported_policy_matches_the_agent(case, format, tmp_path):
     assert policy.backend == format and policy.observation_dim == agent.observation_space.shape[-1]
     norm = agent.obs_norm if agent.name == "mappo" else agent.normalizer
     obs = (norm.mean + torch.sqrt(norm.var) * torch.randn(64, *agent.observation_space.shape)).float()
-    if agent.multiagent:
+    if isinstance(agent, MultiAgentAgent):
         expected = agent.act({"obs": obs}, {}, deterministic=True)[0].numpy()
     else:
         expected = agent.act(obs, deterministic=True)[0].numpy()
@@ -123,6 +127,41 @@ def test_unnormalised_agent_and_unknown_control_rate(tmp_path):
     assert report.metadata["dt"] is None and report.metadata["normalized_observations"] is False
 
 
+@dataclasses.dataclass(frozen=True)
+class ToyConfig:
+    pass
+
+
+class Toy(Agent):
+    """An agent written outside the suite: a linear map to the Gaussian's mean, without a normaliser."""
+
+    name, Config = "toy", ToyConfig
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.net, self.scaler = torch.nn.Linear(7, 3), ActionScaler(self.action_space)
+
+    def act(self, obs, deterministic=False):
+        return self.scaler(self.net(obs)), {}
+
+
+class ExportableToy(Toy):
+    def inference_policy(self):
+        return MLPInference(self.observation_space, self.action_space, torch.nn.Identity(), self.net, self.scaler)
+
+
+def test_a_new_agent_becomes_exportable_by_one_method(tmp_path):
+    with pytest.raises(NotImplementedError, match=r"toy cannot be exported: it does not implement Agent.inference_po"):
+        export_policy(Toy(OBS, BOX), tmp_path / "p.onnx")
+    assert not (tmp_path / "p.onnx").exists()
+
+    agent = ExportableToy(OBS, BOX)
+    report = export_policy(agent, tmp_path / "p.onnx")
+    assert report.metadata["algorithm"] == "toy" and report.metadata["normalized_observations"] is False
+    obs = torch.randn(16, 7) * 3
+    np.testing.assert_allclose(load_policy(report.path)(obs.numpy()), agent.act(obs)[0].detach(), atol=1e-5)
+
+
 def test_refusals(tmp_path):
     recurrent = make("mappo", gym.spaces.MultiDiscrete([5, 5, 5]), recurrent=True)
     with pytest.raises(ExportError, match="needs its hidden state"):
@@ -141,7 +180,7 @@ def test_refusals(tmp_path):
 
 def test_parity_failure_raises(tmp_path, monkeypatch):
     """A graph that drifts from the agent is caught by the check at the end of the export."""
-    import rl_suite.export as export
+    import rl_suite.deploy.export as export
 
     agent = make("ppo")
     original = export.deterministic_policy

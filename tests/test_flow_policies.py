@@ -9,11 +9,11 @@ import torch
 import rl_suite
 from rl_suite.agents.fpo import FPO
 from rl_suite.agents.policyflow import PolicyFlow
-from rl_suite.checkpoint import seed_everything
 from rl_suite.collector import Collector
 from rl_suite.envs.classic.multigoal import GOALS, goal_histogram, goal_index, multimodality
 from rl_suite.networks import FlowPolicy
 from rl_suite.onpolicy import clipped_surrogate
+from rl_suite.rng import seed_everything
 
 
 def rollout(agent_class, steps=8, num_envs=4, env_id="Pendulum-v1", **settings):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 import subprocess
 import sys
 
@@ -52,3 +53,14 @@ def test_no_top_level_envs_or_agents_module_is_installed(tmp_path):
     code = "import importlib.util as u; print(*(u.find_spec(m) for m in ('envs', 'agents', 'rl_suite.envs.classic')))"
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True).stdout
     assert out.startswith("None None ModuleSpec(name='rl_suite.envs.classic'")
+
+
+def test_the_deployment_modules_sit_together_and_export_has_no_per_algorithm_branches():
+    folder = ROOT / "rl_suite" / "deploy"
+    assert sorted(path.stem for path in folder.glob("*.py")) == ["__init__", "export", "inference", "runtime", "sb3"]
+    for path in folder.glob("*.py"):
+        purpose = ast.get_docstring(ast.parse(path.read_text())) or ""
+        assert purpose.split("\n")[0].endswith("."), f"{path.name} does not open with a one-line purpose"
+    for name in ("export.py", "inference.py", "runtime.py"):  # each agent provides its own inference module
+        branches = re.findall(r"\.name\s*(?:==|!=|in\b)", (folder / name).read_text())
+        assert not branches, f"rl_suite/deploy/{name} switches on an agent's name: {branches}"

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from rl_suite.checkpoint import seed_everything
-from rl_suite.cli import tuned_settings
 from rl_suite.config import split_overrides
 from rl_suite.registry import load_algorithm, make
+from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
+from rl_suite.settings import tuned_settings
 
 
 def train(algo_name: str, env_id: str, tmp_path, agent_out: dict | None = None, **overrides) -> dict:

@@ -10,9 +10,8 @@ from multiagent_toy import Rendezvous
 from rl_suite.agents.mappo import MAPPO
 from rl_suite.agents.qmix import QMIX, QMixer
 from rl_suite.buffers import EpisodeBuffer, lambda_returns
-from rl_suite.multiagent import evaluate_multiagent
 from rl_suite.networks import RecurrentMLP
-from rl_suite.runner import RunConfig, Runner
+from rl_suite.runner import RunConfig, Runner, evaluate
 
 
 def random_available(avail: torch.Tensor) -> torch.Tensor:
@@ -207,7 +206,7 @@ def test_mappo_and_qmix_learn_the_toy_task():
         env = Rendezvous(num_envs=16, seed=0)
         agent = algo.for_env(env, **settings)
         agent.learn(env, total_steps=6144, run_dir=None, eval_episodes=0, progress=False)
-        results[algo.name] = evaluate_multiagent(agent, Rendezvous(num_envs=64, seed=1), seed=1)["mean_return"]
+        results[algo.name] = evaluate(agent, Rendezvous(num_envs=64, seed=1), seed=1)["mean_return"]
     # random play earns 1/3 per step, 8/3 per episode; perfect play 8
     assert results["mappo"] >= 7.5 and results["qmix"] >= 4.5, results
 

@@ -10,8 +10,8 @@ import sys
 
 import rl_suite
 from rl_suite.agents.ppo import PPO
-from rl_suite.checkpoint import seed_everything
 from rl_suite.logger import RunLogger
+from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
 
 

@@ -135,7 +135,7 @@ def test_bad_input():
 def test_control_loop_with_exported_policy(tmp_path):
     from rl_suite.agents import PPO
     from rl_suite.deploy import load_policy
-    from rl_suite.export import export_policy
+    from rl_suite.deploy.export import export_policy
 
     env = rl_suite.make("HalfCheetah-v5", num_envs=1, seed=0, nthread=1)
     agent = PPO.for_env(env, hidden=[16, 16])

@@ -122,7 +122,7 @@ def test_a_resumed_rarl_run_ends_bitwise_equal_to_the_straight_run(tmp_path):
 
 def test_export_is_the_protagonists_policy(tmp_path):
     from rl_suite.deploy import load_policy
-    from rl_suite.export import export_policy
+    from rl_suite.deploy.export import export_policy
 
     env = make(num_envs=2)
     agent = RARL.for_env(env, **TINY)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import re
 import shutil
 
 import numpy as np
@@ -18,8 +19,11 @@ from rl_suite.agents.policyflow import PolicyFlow
 from rl_suite.agents.ppo import PPO
 from rl_suite.agents.pql import PQL
 from rl_suite.agents.sac import SAC
-from rl_suite.checkpoint import CheckpointError, checkpoints, load_latest, seed_everything
-from rl_suite.config import field_types
+from rl_suite.checkpoint import CheckpointError, checkpoints, load_latest
+from rl_suite.cli import main
+from rl_suite.config import ConfigError, field_types
+from rl_suite.registry import UntrustedEnvError
+from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
 
 TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
@@ -216,6 +220,66 @@ def test_learn_predict_save_and_load(tmp_path):
     assert torch.equal(loaded.predict(probe), agent.predict(probe))
     with pytest.raises(ValueError, match="the file holds a ppo agent, not sac"):
         SAC.load(tmp_path / "agent.pt")
+
+
+def test_learn_resumes_a_run_bitwise_as_the_cli_does(tmp_path):
+    def final_agent_state(run_dir):
+        return load_latest(run_dir)[1]["agent"]["modules"]
+
+    learn = dict(checkpoint_every_steps=320, eval_every_steps=320, eval_episodes=5, log_every_steps=160, progress=False)
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    agent.learn(env, total_steps=640, run_dir=tmp_path / "straight", **learn)
+    straight = parameters(agent)
+    for name in ("by_learn", "by_cli"):  # the halfway checkpoint only
+        shutil.copytree(tmp_path / "straight", tmp_path / name)
+        (tmp_path / name / "checkpoints" / "step_000000000640.pt").unlink()
+
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO, seed=123)
+    summary = agent.learn(env, total_steps=640, resume=tmp_path / "by_learn", progress=False)
+    assert summary["env_steps"] == 640
+    assert torch.equal(parameters(agent), straight)
+    assert main(["train", "ppo", "CartPole-v1", "--resume", str(tmp_path / "by_cli")]) == 0
+    for resumed in ("by_learn", "by_cli"):
+        expected, got = final_agent_state(tmp_path / "straight"), final_agent_state(tmp_path / resumed)
+        for module, tensors in expected.items():
+            assert all(torch.equal(value, got[module][key]) for key, value in tensors.items()), (resumed, module)
+
+
+def test_learn_refuses_to_resume_what_the_cli_refuses(tmp_path):
+    run_dir = tmp_path / "run"
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    agent.learn(env, total_steps=320, run_dir=run_dir, eval_episodes=0, progress=False)
+
+    def refused(error, message, agent, env, **settings):
+        with pytest.raises(error, match=f"^{re.escape(message)}$"):
+            agent.learn(env, total_steps=640, **{"resume": run_dir, **settings})
+
+    refused(
+        ConfigError,
+        f"{run_dir} is a run of ppo on CartPole-v1, not of ppo on Acrobot-v1",
+        *build(PPO, "Acrobot-v1", TINY_PPO),
+    )
+    resumable = "['progress', 'stop_at_return', 'stop_at_win_rate', 'time_budget_s', 'total_steps']"
+    only = f"a resumed run keeps its settings; only {resumable} may change"
+    refused(ConfigError, only, agent, env, eval_episodes=3)
+    keeps = "a resumed run keeps its settings, so build the agent and the env as the run's config.yaml says"
+    wider = build(PPO, "CartPole-v1", {**TINY_PPO, "hidden": (32, 32)})
+    refused(ConfigError, f"{run_dir} ran with hidden=[16, 16], not [32, 32]: {keeps}", *wider)
+    fewer = build(PPO, "CartPole-v1", TINY_PPO, num_envs=2)
+    refused(ConfigError, f"{run_dir} ran with num_envs=4, not 2: {keeps}", *fewer)
+    elsewhere = "a resumed run continues in its own directory: pass resume=RUN_DIR without run_dir"
+    refused(ValueError, elsewhere, agent, env, run_dir=tmp_path / "elsewhere")
+    refused(ConfigError, f"{tmp_path} is not a run directory: it has no config.yaml", agent, env, resume=tmp_path)
+    unnamed, env.env_id = env.env_id, None  # an env the registry cannot name
+    refused(ValueError, "resume needs an env made by rl_suite.make: the run's env_id is checked against it", agent, env)
+    env.env_id = unnamed
+
+    # The run directory may come from a stranger: its env keywords are checked before anything is built from them.
+    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config["run"]["env_kwargs"] = {"evil": 1}
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
+    with pytest.raises(UntrustedEnvError, match="'evil' is not a keyword argument of CartPole-v1"):
+        agent.learn(env, total_steps=640, resume=run_dir)
 
 
 def test_sac_refuses_discrete_actions():

@@ -14,7 +14,7 @@ import torch
 
 from rl_suite.cli import main
 from rl_suite.deploy import load_policy
-from rl_suite.export import ExportError, export_sb3
+from rl_suite.deploy.sb3 import ExportError, export_sb3
 
 sb3 = pytest.importorskip("stable_baselines3")
 pytest.importorskip("onnx")
@@ -269,6 +269,6 @@ def test_core_does_not_import_sb3():
     import subprocess
     import sys
 
-    code = "import sys, rl_suite.export, rl_suite.cli, rl_suite.deploy; print('stable_baselines3' in sys.modules)"
+    code = "import sys, rl_suite.deploy.sb3, rl_suite.cli, rl_suite.deploy; print('stable_baselines3' in sys.modules)"
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert result.stdout.strip() == "False"

@@ -1,8 +1,8 @@
-"""A small runtime for exported policies: load a file written by ``rl_suite.export`` and run it against a robot at a
-fixed control rate, with a watchdog.
+"""Run an exported policy on a robot: load the file, then drive the robot at a fixed rate under a watchdog.
 
-This module imports neither the agents nor any simulator, and torch only to load a TorchScript file: an ONNX policy
-needs nothing but numpy and onnxruntime on the robot's computer.
+A small runtime for the files written by ``rl_suite.deploy.export`` and ``rl_suite.deploy.sb3``. This module
+imports neither the agents, nor any simulator, nor the exporters, and torch only to load a TorchScript file: an ONNX
+policy needs nothing but numpy and onnxruntime on the robot's computer.
 
 - ``load_policy(path)`` -> ``ExportedPolicy``: ``policy(obs)`` maps one observation (or a batch) to the action(s).
   The file is checked when it is loaded: its format, its metadata, and optionally the observation and action sizes
@@ -129,7 +129,7 @@ class ExportedPolicy:
 
 def _check_metadata(raw: str | bytes | None, path: pathlib.Path) -> dict[str, Any]:
     if not raw:
-        raise ValueError(f"{path} carries no rl_suite metadata: was it written by rl_suite.export?")
+        raise ValueError(f"{path} carries no rl_suite metadata: was it written by rl_suite.deploy.export?")
     try:
         metadata = json.loads(raw)
     except ValueError as error:
