@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from common import add_seed_arguments, check_seed_arguments, mean_std, over_seeds  # noqa: E402
+from common import add_seed_arguments, best_of, check_seed_arguments, mean_std, over_seeds  # noqa: E402
 
 BUDGETS = {"MultiGoal-v0": 200_000, "Pendulum-v1": 150_000, "HalfCheetah-v5": 100_000}  # env steps per run
 ALGOS = ("ppo", "fpo", "policyflow")
@@ -117,8 +117,8 @@ def multigoal_section(rows: list[dict]) -> list[str]:
         "episodes (goal shares, in the order +x, -x, +y, -y). Final return: 20 deterministic episodes (flows integrate",
         f"from zero noise); the `{RANDOM}` row has no deterministic policy.",
         "",
-        "| algorithm | seeds | final return | success | goals with >= 15% (per seed) | seeds passing |",
-        "| --- | ---: | ---: | ---: | --- | ---: |",
+        "| algorithm | seeds | final return | best (seed k) | success | goals with >= 15% (per seed) | seeds passing |",
+        "| --- | ---: | ---: | ---: | ---: | --- | ---: |",
     ]
     for algo in dict.fromkeys(r["algo"] for r in rows):
         runs = [r for r in rows if r["algo"] == algo]
@@ -126,8 +126,12 @@ def multigoal_section(rows: list[dict]) -> list[str]:
         success = over_seeds({int(r["seed"]): number(r["success"]) for r in runs})
         kept = ", ".join(r["goals_kept"] for r in runs)
         passing = sum(r["passes"] == "True" for r in runs)
-        final = mean_std(over_seeds(returns), "{:,.1f}") if returns else "—"
-        cells = [algo, str(len(runs)), final, mean_std(success, "{:.3f}"), kept, f"{passing} of {len(runs)}"]
+        final, best = (
+            (mean_std(over_seeds(returns), "{:,.1f}"), best_of(over_seeds(returns), "{:,.1f}"))
+            if returns
+            else ("—", "—")
+        )
+        cells = [algo, str(len(runs)), final, best, mean_std(success, "{:.3f}"), kept, f"{passing} of {len(runs)}"]
         lines.append("| " + " | ".join(cells) + " |")
     lines += [
         "",
@@ -151,15 +155,16 @@ def returns_section(task: str, rows: list[dict]) -> list[str]:
         "",
         f"{first['date']}, `{first['command']}`. Machine: {first['machine']}. Final return: 20 deterministic episodes.",
         "",
-        "| algorithm | seeds | env steps | final return | wall-clock (s) |",
-        "| --- | --- | ---: | ---: | ---: |",
+        "| algorithm | seeds | env steps | final return | best (seed k) | wall-clock (s) |",
+        "| --- | --- | ---: | ---: | ---: | ---: |",
     ]
     for algo in dict.fromkeys(r["algo"] for r in rows):
         runs = [r for r in rows if r["algo"] == algo]
         final = over_seeds({int(r["seed"]): float(r["final_return"]) for r in runs})
         seconds = sum(float(r["wall_time_s"]) for r in runs) / len(runs)
         seeds = ", ".join(r["seed"] for r in runs)
-        cells = [algo, seeds, f"{int(runs[0]['env_steps']):,}", mean_std(final, "{:,.1f}"), f"{seconds:.0f}"]
+        steps = f"{int(runs[0]['env_steps']):,}"
+        cells = [algo, seeds, steps, mean_std(final, "{:,.1f}"), best_of(final, "{:,.1f}"), f"{seconds:.0f}"]
         lines.append("| " + " | ".join(cells) + " |")
     return lines
 
