@@ -111,20 +111,45 @@ _MAKE_ARGUMENTS = ("num_envs", "device", "seed")
 
 
 def accepted_keywords(env_spec: EnvSpec) -> list[str]:
-    """The keyword arguments ``make(env_spec.id, ...)`` takes from a file: the entry point's named parameters, plus
-    the contract's options when it has ``**kwargs``, less make's own arguments and those the registration fixes (the
-    MuJoCo ids' ``task``). An entry point that forwards ``**kwargs`` further lists what it takes in an
+    """The keyword arguments ``make(env_spec.id, ...)`` takes from a file: the entry point's named parameters, less
+    make's own arguments and those the registration fixes (the MuJoCo ids' ``task``). A class that forwards
+    ``**options`` to its bases' constructors (the classic and MPE tasks) also takes their keyword-only parameters,
+    and the contract's options once it reaches the contract's constructor. A function with ``**kwargs`` takes the
+    contract's options, and one that forwards them further lists what it takes in an
     ``accepted_keywords(**registered_kwargs)`` attribute (the MuJoCo factory does)."""
     factory = env_spec.load()  # the registry's own entry point, never one named by a file
     declared = getattr(factory, "accepted_keywords", None)
     if declared is not None:
         names = list(declared(**env_spec.kwargs))
+    elif isinstance(factory, type):
+        names = _constructor_keywords(factory)
     else:
         parameters = inspect.signature(factory).parameters.values()
         names = [p.name for p in parameters if p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
         if any(p.kind is p.VAR_KEYWORD for p in parameters):
             names += CONTRACT_OPTIONS
     return [name for name in dict.fromkeys(names) if name not in _MAKE_ARGUMENTS and name not in env_spec.kwargs]
+
+
+_KEYWORD, _KEYWORD_ONLY = inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY
+
+
+def _constructor_keywords(cls: type) -> list[str]:
+    """The named parameters of ``cls``'s constructor, then, while constructors forward ``**options`` up the MRO, the
+    keyword-only ones of the bases' constructors, and the contract's options on reaching the contract's own."""
+    names: list[str] = []
+    constructors = [vars(base)["__init__"] for base in cls.__mro__ if "__init__" in vars(base)]
+    for depth, constructor in enumerate(constructors):
+        parameters = list(inspect.signature(constructor).parameters.values())[1:]  # less self
+        forwards = any(p.kind is p.VAR_KEYWORD for p in parameters)
+        if depth > 0 and not forwards:  # the contract's own constructor (VecEnv, MultiAgentVecEnv)
+            names += CONTRACT_OPTIONS
+            break
+        named = (_KEYWORD, _KEYWORD_ONLY) if depth == 0 else (_KEYWORD_ONLY,)
+        names += [p.name for p in parameters if p.kind in named]
+        if not forwards:
+            break
+    return names
 
 
 def _not_plain(value: Any, where: str) -> str | None:

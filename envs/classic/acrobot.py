@@ -43,20 +43,11 @@ class Acrobot(FlatStateEnv):
     gravity = 9.8
 
     def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 500,
-        torque_noise_max: float = 0.0,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
+        self, num_envs: int = 1, *, max_episode_steps: int | None = 500, torque_noise_max: float = 0.0, **options
     ):
         high = np.array([1.0, 1.0, 1.0, 1.0, self.max_vel_1, self.max_vel_2], dtype=np.float32)
         observation_space, action_space = gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(3)
-        super().__init__(
-            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
-        )
+        super().__init__(num_envs, observation_space, action_space, max_episode_steps=max_episode_steps, **options)
         self.torque_noise_max = torque_noise_max
 
     def _derivatives(self, theta1, theta2, dtheta1, dtheta2, torque):

@@ -37,26 +37,18 @@ class CartPole(FlatStateEnv):
     init_low, init_high = -0.05, 0.05
 
     def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 500,
-        sutton_barto_reward: bool = False,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
+        self, num_envs: int = 1, *, max_episode_steps: int | None = 500, sutton_barto_reward: bool = False, **options
     ):
         high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf], dtype=np.float32)
         observation_space, action_space = gym.spaces.Box(-high, high, dtype=np.float32), gym.spaces.Discrete(2)
-        super().__init__(
-            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
-        )
+        super().__init__(num_envs, observation_space, action_space, max_episode_steps=max_episode_steps, **options)
         self.sutton_barto_reward = sutton_barto_reward
         # The state rows are (x, x_dot, theta, theta_dot): viewed as [coordinate, (position, velocity), N], the
         # positions (x, theta) and velocities (x_dot, theta_dot) are [2, N] views, so Euler steps both in one op.
         coordinates = self.state.rows.view(2, 2, self.num_envs)
         self._positions, self._velocities = coordinates[:, 0], coordinates[:, 1]
         self._reward.fill_(0.0 if sutton_barto_reward else 1.0)
+        dtype = self.state.rows.dtype
         new = functools.partial(torch.empty, device=self.device, dtype=dtype)
         self._acceleration = new(2, self.num_envs)  # (x_acc, theta_acc)
         self._force, self._cos, self._sin, self._denominator = (new(self.num_envs) for _ in range(4))

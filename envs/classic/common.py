@@ -53,8 +53,12 @@ class FlatStateEnv(VecEnv):
     """A classic-control task whose physical state is one ``FlatState`` of ``state_dim`` variables, ``self.state``.
 
     The state is what ``get_state``/``set_state`` read and write, and by default also the observation. A task
-    declares ``state_dim``, passes its constructor's common arguments and its spaces on to this one, and writes
-    ``_advance`` and ``_reset_envs``.
+    declares ``state_dim``, takes its own settings as keyword arguments and hands its spaces and everything else
+    (``**options``) on to this constructor, and writes ``_advance`` and ``_reset_envs``.
+
+    Options every classic task takes: ``max_episode_steps`` (the task's time limit by default; ``None`` for none),
+    ``device``, ``seed``, ``dtype`` of the state (``torch.float32`` or ``torch.float64``; observations are always
+    float32), and the contract's ``check_values`` and ``masked_resets`` (``VecEnv``).
     """
 
     state_dim: int
@@ -62,12 +66,13 @@ class FlatStateEnv(VecEnv):
     def __init__(
         self,
         num_envs: int,
-        device: str | torch.device,
-        seed: int | None,
-        max_episode_steps: int | None,
-        dtype: torch.dtype,
         observation_space: gym.Space,
         action_space: gym.Space,
+        *,
+        max_episode_steps: int | None,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        dtype: torch.dtype = torch.float32,
         **contract_options,
     ):
         super().__init__(

@@ -34,14 +34,15 @@ class _Car(FlatStateEnv):
 
     state_dim = 2
 
-    def __init__(self, num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **options):
+    def __init__(self, num_envs: int, action_space: gym.Space, *, goal_velocity: float, **options):
         observation_space = gym.spaces.Box(
             np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
             np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
             dtype=np.float32,
         )
-        super().__init__(num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **options)
+        super().__init__(num_envs, observation_space, action_space, **options)
         self.goal_velocity = goal_velocity
+        dtype = self.state.rows.dtype
         self._init_bounds = [torch.tensor(b, device=self.device, dtype=dtype) for b in (INIT_LOW, INIT_HIGH)]
 
     def _reset_envs(self, selection: Selection):
@@ -60,18 +61,11 @@ class MountainCar(_Car):
     goal_position = 0.5
 
     def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 200,
-        goal_velocity: float = 0.0,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
+        self, num_envs: int = 1, *, max_episode_steps: int | None = 200, goal_velocity: float = 0.0, **options
     ):
         action_space = gym.spaces.Discrete(3)
         super().__init__(
-            num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **contract_options
+            num_envs, action_space, max_episode_steps=max_episode_steps, goal_velocity=goal_velocity, **options
         )
         self._reward.fill_(-1.0)
 
@@ -92,18 +86,11 @@ class MountainCarContinuous(_Car):
     goal_position = 0.45
 
     def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 999,
-        goal_velocity: float = 0.0,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
+        self, num_envs: int = 1, *, max_episode_steps: int | None = 999, goal_velocity: float = 0.0, **options
     ):
         action_space = gym.spaces.Box(-1.0, 1.0, shape=(1,), dtype=np.float32)
         super().__init__(
-            num_envs, device, seed, max_episode_steps, goal_velocity, dtype, action_space, **contract_options
+            num_envs, action_space, max_episode_steps=max_episode_steps, goal_velocity=goal_velocity, **options
         )
 
     def _advance(self, actions):

@@ -42,24 +42,20 @@ class MultiGoal(FlatStateEnv):
     def __init__(
         self,
         num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
+        *,
         max_episode_steps: int | None = 30,
         goal_reward: float = 10.0,
         action_cost: float = 30.0,
         distance_cost: float = 1.0,
         init_sigma: float = 0.1,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
+        **options,
     ):
         observation_space = gym.spaces.Box(-BOUND, BOUND, shape=(2,), dtype=np.float32)
         action_space = gym.spaces.Box(-1.0, 1.0, shape=(2,), dtype=np.float32)
-        super().__init__(
-            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
-        )
+        super().__init__(num_envs, observation_space, action_space, max_episode_steps=max_episode_steps, **options)
         self.goal_reward, self.action_cost, self.distance_cost = goal_reward, action_cost, distance_cost
         self.init_sigma = init_sigma
-        self.goals = torch.tensor(GOALS, device=self.device, dtype=dtype)
+        self.goals = torch.tensor(GOALS, device=self.device, dtype=self.state.rows.dtype)
 
     def _advance(self, actions):
         position = self.state.rows.T  # [N, 2], a view: updates write the state

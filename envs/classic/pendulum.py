@@ -27,24 +27,13 @@ class Pendulum(FlatStateEnv):
     m = 1.0
     l = 1.0
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 200,
-        g: float = 10.0,
-        dtype: torch.dtype = torch.float32,
-        **contract_options,
-    ):
+    def __init__(self, num_envs: int = 1, *, max_episode_steps: int | None = 200, g: float = 10.0, **options):
         high = np.array([1.0, 1.0, self.max_speed], dtype=np.float32)
         observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
         action_space = gym.spaces.Box(-self.max_torque, self.max_torque, shape=(1,), dtype=np.float32)
-        super().__init__(
-            num_envs, device, seed, max_episode_steps, dtype, observation_space, action_space, **contract_options
-        )
+        super().__init__(num_envs, observation_space, action_space, max_episode_steps=max_episode_steps, **options)
         self.g = g
-        self._init_high = torch.tensor([math.pi, 1.0], device=self.device, dtype=dtype)
+        self._init_high = torch.tensor([math.pi, 1.0], device=self.device, dtype=self.state.rows.dtype)
 
     def _advance(self, actions):
         theta, theta_dot = self.state.rows

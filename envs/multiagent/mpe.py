@@ -71,15 +71,14 @@ class _ParticleWorld(MultiAgentVecEnv):
     The state is struct-of-arrays with the environments innermost: ``self._rows`` ``[4E + 1, N]`` holds the rows
     ``pos_x``, ``pos_y``, ``vel_x``, ``vel_y`` of every entity and a row of zeros; ``self._pos`` and ``self._vel`` are
     its ``[2, E, N]`` views. Every operation of a step then runs over contiguous rows of ``N`` values.
+
+    Options Spread and Tag take besides their own: ``max_episode_steps`` (25), ``continuous_actions`` (mpe2's
+    continuous mode), ``device``, ``seed``, and the contract's ``check_values`` and ``masked_resets``.
     """
 
     def __init__(
         self,
-        num_envs,
-        device,
-        seed,
-        max_episode_steps,
-        continuous_actions: bool,
+        num_envs: int,
         num_learned: int,
         sizes: list[float],
         num_movable: int,
@@ -88,7 +87,12 @@ class _ParticleWorld(MultiAgentVecEnv):
         max_speed: list[float] | None,
         reset_high: list[float],
         agent_obs: list[list[tuple[int, int]]],
-        contract_options: dict,
+        *,
+        max_episode_steps: int | None = 25,
+        continuous_actions: bool = False,
+        device: str | torch.device = "cpu",
+        seed: int | None = None,
+        **contract_options,
     ):
         self.continuous_actions = bool(continuous_actions)
         obs_dim = max(len(obs) for obs in agent_obs[:num_learned])
@@ -246,17 +250,7 @@ class Spread(_ParticleWorld):
     ``state()``).
     """
 
-    def __init__(
-        self,
-        num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 25,
-        continuous_actions: bool = False,
-        num_agents: int = 3,
-        local_ratio: float = 0.5,
-        **contract_options,
-    ):
+    def __init__(self, num_envs: int = 1, *, num_agents: int = 3, local_ratio: float = 0.5, **options):
         if isinstance(num_agents, bool) or not isinstance(num_agents, int) or num_agents < 1:
             raise ValueError(f"num_agents must be a positive integer, got {num_agents!r}")
         if not 0.0 <= local_ratio <= 1.0:
@@ -274,10 +268,6 @@ class Spread(_ParticleWorld):
             agent_obs.append(obs)
         super().__init__(
             num_envs,
-            device,
-            seed,
-            max_episode_steps,
-            continuous_actions,
             num_learned=a,
             sizes=[0.15] * a + [0.05] * a,
             num_movable=a,
@@ -286,7 +276,7 @@ class Spread(_ParticleWorld):
             max_speed=None,
             reset_high=[1.0] * (2 * a),
             agent_obs=agent_obs,
-            contract_options=contract_options,
+            **options,
         )
         size = torch.tensor(self.sizes[:a], device=self.device)
         # Collision distances [A, A, 1]; an agent never collides with itself.
@@ -339,15 +329,12 @@ class Tag(_ParticleWorld):
     def __init__(
         self,
         num_envs: int = 1,
-        device: str | torch.device = "cpu",
-        seed: int | None = None,
-        max_episode_steps: int | None = 25,
-        continuous_actions: bool = False,
+        *,
         num_good: int = 1,
         num_adversaries: int = 3,
         num_obstacles: int = 2,
         prey: str = "scripted",
-        **contract_options,
+        **options,
     ):
         for name, value, least in (
             ("num_good", num_good, 1),
@@ -374,10 +361,6 @@ class Tag(_ParticleWorld):
         adversary, good = range(num_adversaries), range(num_good)
         super().__init__(
             num_envs,
-            device,
-            seed,
-            max_episode_steps,
-            continuous_actions,
             num_learned=agents if prey == "learned" else num_adversaries,
             sizes=[0.075 for _ in adversary] + [0.05 for _ in good] + [0.2] * num_obstacles,
             num_movable=agents,
@@ -386,7 +369,7 @@ class Tag(_ParticleWorld):
             max_speed=[1.0 for _ in adversary] + [1.3 for _ in good],
             reset_high=[1.0] * agents + [0.9] * num_obstacles,
             agent_obs=agent_obs,
-            contract_options=contract_options,
+            **options,
         )
         self._catch_dist = 0.075 + 0.05
 
