@@ -26,31 +26,18 @@ import torch
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
-from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
+from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
-class FPOConfig:
-    n_steps: int = 32
-    """Rollout length T: steps per environment collected each iteration."""
-    epochs: int = 10
-    """Passes over each rollout."""
-    minibatches: int = 4
-    """Minibatches per epoch."""
-    lr: float = 3e-4
-    """Adam learning rate."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE's lambda."""
+class FPOConfig(OnPolicyConfig):
+    """FPO's settings: those of every on-policy agent (``OnPolicyConfig``: rollout, epochs, Adam's ``lr``, GAE,
+    networks, normalisers), two defaults changed, and the flow policy's own."""
+
     clip_range: float = 0.05
     """epsilon of the clipped surrogate; the authors use 0.05 and smaller, not PPO's 0.2."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    max_grad_norm: float = 0.5
-    """Clip the global gradient norm to this; 0 for none."""
-    normalize_advantages: bool = True
-    """Standardise advantages within each minibatch."""
+    activation: str = "silu"
+    """Activation of the hidden layers."""
     samples_per_action: int = 8
     """(noise, time) pairs drawn per action for the CFM losses."""
     average_losses_before_exp: bool = True
@@ -69,14 +56,6 @@ class FPOConfig:
     """Width of the sinusoidal time embedding."""
     output_scale: float = 0.25
     """Scale of the velocity network's output."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the velocity network and the critic (separate networks)."""
-    activation: str = "silu"
-    """Activation of the hidden layers."""
-    normalize_obs: bool = True
-    """Normalise observations with running statistics kept in the policy."""
-    scale_rewards: bool = False
-    """Divide rewards by a running standard deviation of the discounted return."""
 
 
 class FPO(OnPolicyAgent):

@@ -41,33 +41,24 @@ from torch import nn
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
-from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
+from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
-class PolicyFlowConfig:
-    n_steps: int = 32
-    """Rollout length T: steps per environment collected each iteration."""
+class PolicyFlowConfig(OnPolicyConfig):
+    """PolicyFlow's settings: those of every on-policy agent (``OnPolicyConfig``: rollout, epochs, GAE,
+    ``clip_range``, networks, normalisers), some defaults changed, and its own."""
+
     epochs: int = 5
     """Passes over each rollout."""
-    minibatches: int = 4
-    """Minibatches per epoch."""
     lr: float = 2e-4
     """Initial AdamW learning rate."""
-    target_kl: float | None = 0.01
-    """Adapt the learning rate towards this KL of the Gaussian part per minibatch; ``None`` keeps it fixed."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE's lambda."""
-    clip_range: float = 0.2
-    """epsilon of the clipped surrogate."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
     max_grad_norm: float = 1.0
     """Clip the global gradient norm to this; 0 for none."""
-    normalize_advantages: bool = True
-    """Standardise advantages within each minibatch."""
+    activation: str = "silu"
+    """Activation of the hidden layers."""
+    target_kl: float | None = 0.01
+    """Adapt the learning rate towards this KL of the Gaussian part per minibatch; ``None`` keeps it fixed."""
     ratio: str = "interpolation"
     """``interpolation`` (PolicyFlow's velocity change along the straight path) or ``full_path`` (the exact end-point
     displacement, integrating the flow with backpropagation)."""
@@ -83,14 +74,6 @@ class PolicyFlowConfig:
     """Width of the sinusoidal time embedding."""
     output_scale: float = 0.25
     """Scale of the velocity network's output."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the velocity network and the critic (separate networks)."""
-    activation: str = "silu"
-    """Activation of the hidden layers."""
-    normalize_obs: bool = True
-    """Normalise observations with running statistics kept in the policy."""
-    scale_rewards: bool = False
-    """Divide rewards by a running standard deviation of the discounted return."""
 
 
 class PolicyFlow(OnPolicyAgent):

@@ -25,54 +25,28 @@ from rl_suite import distributed
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, mlp, policy_head
-from rl_suite.onpolicy import OnPolicyAgent, clipped_surrogate, normalized, train_epochs
+from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
 
 
 @dataclasses.dataclass(frozen=True)
-class PPOConfig:
-    n_steps: int = 32
-    """Rollout length T: steps per environment collected each iteration."""
-    epochs: int = 10
-    """Passes over each rollout."""
-    minibatches: int = 4
-    """Minibatches per epoch (the rollout's T * N samples are shuffled and split)."""
-    lr: float = 3e-4
-    """Adam learning rate (the start value when a schedule decays it)."""
+class PPOConfig(OnPolicyConfig):
+    """PPO's settings: those of every on-policy agent (``OnPolicyConfig``: rollout, epochs, Adam's ``lr``, GAE,
+    ``clip_range``, networks, normalisers) and these."""
+
     lr_schedule: str = "constant"
-    """``constant``, or ``linear`` decay to zero over the run's step budget."""
-    gamma: float = 0.99
-    """Discount factor."""
-    gae_lambda: float = 0.95
-    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
-    clip_range: float = 0.2
-    """epsilon of the clipped surrogate."""
+    """``constant``, or ``linear`` decay of the learning rate to zero over the run's step budget."""
     clip_schedule: str = "constant"
     """``constant``, or ``linear`` decay of the clip range to zero over the step budget."""
     clip_value: float | None = None
     """Clip the value function's change around its old predictions by this much; ``None`` to not clip."""
     ent_coef: float = 0.0
     """Weight of the entropy bonus."""
-    vf_coef: float = 0.5
-    """Weight of the value loss."""
-    max_grad_norm: float = 0.5
-    """Clip the global gradient norm to this."""
-    normalize_advantages: bool = True
-    """Standardise advantages within each minibatch."""
     target_kl: float | None = None
     """Stop the epochs of an iteration early once the approximate KL exceeds 1.5 times this."""
     adaptive_kl: float | None = None
     """If set, adapt the learning rate towards this KL per minibatch (x1.5 or /1.5), as rsl_rl does."""
-    hidden: tuple[int, ...] = (64, 64)
-    """Hidden layer widths of the actor and the critic (separate networks)."""
-    activation: str = "tanh"
-    """Activation of the hidden layers: tanh, relu, elu or silu."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy (continuous actions)."""
-    normalize_obs: bool = True
-    """Normalise observations with running statistics kept in the policy."""
-    scale_rewards: bool = False
-    """Divide rewards by a running standard deviation of the discounted return (as CleanRL's and SB3's reward
-    normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
 
 
 class PPO(OnPolicyAgent):

@@ -4,6 +4,7 @@ epochs over shuffled minibatches, and ``OnPolicyAgent``, the frame around each o
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Iterator
 
 import torch
@@ -129,6 +130,43 @@ def adapt_lr(lr: float, kl: float, target: float) -> float:
     return lr
 
 
+@dataclasses.dataclass(frozen=True)
+class OnPolicyConfig:
+    """The settings that PPO, FPO and PolicyFlow share: the rollout, the epochs of minibatches over it, discounting
+    and GAE, the clipped surrogate, the gradient step, the networks' shape and the normalisers. An agent's config
+    derives from this one and adds its own fields; it redeclares a field here only to change its default."""
+
+    n_steps: int = 32
+    """Rollout length T: steps per environment collected each iteration."""
+    epochs: int = 10
+    """Passes over each rollout."""
+    minibatches: int = 4
+    """Minibatches per epoch (the rollout's T * N samples are shuffled and split)."""
+    lr: float = 3e-4
+    """Learning rate of the one optimiser (the start value where a schedule or a KL rule moves it)."""
+    gamma: float = 0.99
+    """Discount factor."""
+    gae_lambda: float = 0.95
+    """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
+    clip_range: float = 0.2
+    """epsilon of the clipped surrogate."""
+    vf_coef: float = 0.5
+    """Weight of the value loss."""
+    max_grad_norm: float = 0.5
+    """Clip the global gradient norm to this; 0 for none."""
+    normalize_advantages: bool = True
+    """Standardise advantages within each minibatch."""
+    hidden: tuple[int, ...] = (64, 64)
+    """Hidden layer widths of the actor (a flow policy's velocity network) and of the critic, separate networks."""
+    activation: str = "tanh"
+    """Activation of the hidden layers: tanh, relu, elu or silu."""
+    normalize_obs: bool = True
+    """Normalise observations with running statistics kept in the policy."""
+    scale_rewards: bool = False
+    """Divide rewards by a running standard deviation of the discounted return (as CleanRL's and SB3's reward
+    normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
+
+
 class OnPolicyAgent(Agent):
     """The frame that PPO, FPO and PolicyFlow share around their own networks and losses.
 
@@ -136,8 +174,7 @@ class OnPolicyAgent(Agent):
     the discounted return that reward scaling divides by (``scale_rewards``), the current learning rate and the count
     of skipped updates. The agent's own ``__init__`` then builds its actor, ``self.critic`` and ``self.scaler``, and
     hands them with its optimiser to ``register``. Its ``update`` calls ``rollout_targets``, then ``train_epochs`` with
-    ``minibatch_step`` on its loss, then ``finish_update``. The config needs ``n_steps``, ``lr``, ``gamma``,
-    ``gae_lambda``, ``max_grad_norm``, ``normalize_obs`` and ``scale_rewards``.
+    ``minibatch_step`` on its loss, then ``finish_update``. Its ``Config`` derives from ``OnPolicyConfig``.
     """
 
     def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
