@@ -63,6 +63,11 @@ def count(items, noun: str) -> str:
     return f"{n} {noun if n == 1 else plural}"
 
 
+def grid(*dimensions: tuple) -> str:
+    """``2 tasks x 4 trainings x 3 seeds``: each dimension is ``(items, noun)`` as ``count`` takes them."""
+    return " x ".join(count(items, noun) for items, noun in dimensions)
+
+
 def duration(minutes: float) -> str:
     """``45 min`` or ``4 h 30 min``."""
     if minutes < 90:
@@ -76,6 +81,38 @@ def wall_clock_estimate(runs: int, minutes_per_run: float, parts: str, extra: st
     total = duration(runs * minutes_per_run)
     line = f"Estimated wall-clock: {count(runs, 'run')} ({parts}) x {minutes_per_run:.3g} min = {total}"
     return line + (f", plus {extra}" if extra else "") + "."
+
+
+# -- one training run --------------------------------------------------------------------------------------------------
+
+
+def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict, **settings) -> tuple:
+    """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides``, for ``seconds`` of
+    wall-clock (no step budget, no checkpoints, no progress output), in a throwaway run directory; ``settings`` are
+    further run settings, such as ``eval_every_steps`` and ``eval_episodes``. Returns ``(summary, config, agent)``."""
+    import tempfile
+
+    import rl_suite
+    from rl_suite.config import split_overrides
+    from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
+    from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import tuned_settings
+
+    algo = load_algorithm(algo_name)
+    run_settings = {**tuned_settings(algo, env_id), **overrides}
+    run_settings.update(
+        total_steps=10**12, time_budget_s=seconds, checkpoint_every_steps=10**12, progress=False, seed=seed
+    )
+    run_settings.update(settings)
+    run_values, agent_values = split_overrides(run_settings, RunConfig, algo.Config)
+    config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
+    seed_everything(seed)
+    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed)
+    agent = algo.for_env(env, algo.Config(**agent_values))
+    with tempfile.TemporaryDirectory() as run_dir:
+        summary = Runner(agent, env, config, run_dir=run_dir).run()
+    return summary, config, agent
 
 
 # -- statistics over seeds -------------------------------------------------------------------------------------------

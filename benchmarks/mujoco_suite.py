@@ -34,20 +34,9 @@ import sys
 import tempfile
 import time
 
+import common
 import numpy as np
 import torch
-from common import (
-    add_seed_arguments,
-    best_of,
-    check_seed_arguments,
-    count,
-    mean_std,
-    over_seeds,
-    random_policy_evaluation,
-    seeds_line,
-    verdict,
-    wall_clock_estimate,
-)
 
 GOAL_RATIO = 1.5  # the issue's goal: rl-suite's best algorithm at least 1.5x SB3's best, at equal wall-clock
 EVAL_EPISODES = 10
@@ -254,7 +243,7 @@ def goal_line(task: str, final: dict[tuple[str, str], float]) -> str:
     if sb3[0] <= 0:
         return f"{compared}: no ratio (SB3's mean is not positive); goal (at least {GOAL_RATIO}x): missed."
     ratio = ours[0] / sb3[0]
-    return f"{compared}: {ratio:.2f}x; goal (at least {GOAL_RATIO}x): {verdict(ratio >= GOAL_RATIO)}."
+    return f"{compared}: {ratio:.2f}x; goal (at least {GOAL_RATIO}x): {common.verdict(ratio >= GOAL_RATIO)}."
 
 
 def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> None:
@@ -295,7 +284,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         f"included; final return: mean over {EVAL_EPISODES} deterministic episodes. Curves:",
         f"mujoco_suite_curves{suffix}.csv and mujoco_suite_<task>{suffix}.png.",
         "",
-        seeds_line(args.seeds),
+        common.seeds_line(args.seeds),
         "",
         "| task | library | algorithm | env steps (mean) | final return (mean ± std) | best (seed k) |",
         "| --- | --- | --- | ---: | ---: | ---: |",
@@ -306,12 +295,12 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         for lib in args.libs:
             for algo in args.algos:
                 runs = [r for r in rows if (r["task"], r["lib"], r["algo"]) == (task, lib, algo)]
-                stats = over_seeds({r["seed"]: r["final_return"] for r in runs})
+                stats = common.over_seeds({r["seed"]: r["final_return"] for r in runs})
                 final[lib, algo] = stats.mean
                 steps = int(np.mean([r["env_steps"] for r in runs]))
                 lines.append(
-                    f"| {task} | {library_name(lib)} | {algo.upper()} | {steps:,} | {mean_std(stats)} | "
-                    f"{best_of(stats)} |"
+                    f"| {task} | {library_name(lib)} | {algo.upper()} | {steps:,} | {common.mean_std(stats)} | "
+                    f"{common.best_of(stats)} |"
                 )
         if {"ours", "sb3"} <= set(args.libs):
             goals.append(goal_line(task, final))
@@ -336,7 +325,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"])
     parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
     parser.add_argument("--libs", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"])
-    add_seed_arguments(parser)
+    common.add_seed_arguments(parser)
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
     parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
@@ -349,14 +338,14 @@ def main() -> None:
     if args.worker:
         worker(args)
         return
-    check_seed_arguments(parser, args)
+    common.check_seed_arguments(parser, args)
     rounds = len(args.tasks) * len(args.algos) * len(args.seeds)
-    parts = f"{count(args.tasks, 'task')} x {count(args.algos, 'algorithm')} x {count(args.seeds, 'seed')}"
-    libraries = f"{count(args.libs, 'library')} side by side in each"
-    print(wall_clock_estimate(rounds, args.minutes, f"{parts}; {libraries}", "start-up and final evaluations"))
+    parts = common.grid((args.tasks, "task"), (args.algos, "algorithm"), (args.seeds, "seed"))
+    libraries = f"{common.count(args.libs, 'library')} side by side in each"
+    print(common.wall_clock_estimate(rounds, args.minutes, f"{parts}; {libraries}", "start-up and final evaluations"))
 
     random_returns = {
-        task: random_policy_evaluation(task, EVAL_EPISODES, args.seeds[0], nthread=1)["mean_return"]
+        task: common.random_policy_evaluation(task, EVAL_EPISODES, args.seeds[0], nthread=1)["mean_return"]
         for task in args.tasks
     }
     rows = run_all(args)

@@ -33,20 +33,9 @@ import sys
 import tempfile
 import time
 
+import common
 import numpy as np
 import torch
-from common import (
-    RESULTS,
-    add_seed_arguments,
-    best_of,
-    check_seed_arguments,
-    count,
-    mean_std,
-    over_seeds,
-    random_policy_evaluation,
-    seeds_line,
-    wall_clock_estimate,
-)
 
 from rl_suite.envs.multiagent.mpe import Spread
 from rl_suite.throughput import steps_per_second
@@ -128,7 +117,7 @@ def throughput(num_envs=NUM_ENVS, seconds: float = 2.0, mpe2_max_calls: int | No
     return rows
 
 
-def write_throughput(rows: list[dict], command: str, directory: pathlib.Path = RESULTS) -> None:
+def write_throughput(rows: list[dict], command: str, directory: pathlib.Path = common.RESULTS) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "multiagent_throughput.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
@@ -164,34 +153,18 @@ EVAL_EPISODES = 100
 
 def train_one(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict) -> dict:
     """One run with the shipped settings for ``seconds`` of wall-clock; its learning curve."""
-    import rl_suite
-    from rl_suite.config import split_overrides
-    from rl_suite.registry import load_algorithm
-    from rl_suite.rng import seed_everything
-    from rl_suite.runner import RunConfig, Runner
-    from rl_suite.settings import tuned_settings
-
-    algo = load_algorithm(algo_name)
     eval_every = EVAL_EVERY[algo_name] * (5 if env_id == "Spread-v0" else 1)
-    settings = {**tuned_settings(algo, env_id), **overrides}
-    settings.update(
-        total_steps=10**12,
-        time_budget_s=seconds,
+    summary, config, _ = common.timed_run(
+        algo_name,
+        env_id,
+        seed,
+        seconds,
+        overrides,
         stop_at_win_rate=None,
         eval_every_steps=eval_every,
         eval_episodes=EVAL_EPISODES,
-        checkpoint_every_steps=10**12,
         log_every_steps=10**12,
-        progress=False,
-        seed=seed,
     )
-    run_values, agent_values = split_overrides(settings, RunConfig, algo.Config)
-    config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
-    seed_everything(seed)
-    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed)
-    agent = algo.for_env(env, algo.Config(**agent_values))
-    with tempfile.TemporaryDirectory() as run_dir:
-        summary = Runner(agent, env, config, run_dir=run_dir).run()
     return {"env_steps": summary["env_steps"], "num_envs": config.num_envs, "curve": summary["evaluations"]}
 
 
@@ -239,8 +212,10 @@ def plot_training(rows: list[dict], tasks, path: pathlib.Path) -> None:
 def training(args) -> list[dict]:
     """Every method on every task, one at a time, each in a fresh process; writes the curves and the table."""
     runs = len(args.tasks) * len(args.methods) * len(args.seeds)
-    parts = f"{count(args.tasks, 'task')} x {count(args.methods, 'method')} x {count(args.seeds, 'seed')}"
-    estimate = wall_clock_estimate(runs, args.minutes, f"{parts}, one at a time", "start-up and final evaluations")
+    parts = common.grid((args.tasks, "task"), (args.methods, "method"), (args.seeds, "seed"))
+    estimate = common.wall_clock_estimate(
+        runs, args.minutes, f"{parts}, one at a time", "start-up and final evaluations"
+    )
     print(estimate, flush=True)
     rows: list[dict] = []
     seconds = args.minutes * 60
@@ -251,7 +226,8 @@ def training(args) -> list[dict]:
                 for seed in args.seeds:
                     out = pathlib.Path(scratch) / "run.json"
                     job = dict(algo=algo, task=task, seed=seed, seconds=seconds, overrides=overrides, out=str(out))
-                    subprocess.run([sys.executable, __file__, "--worker", json.dumps(job)], check=True)
+                    worker = [sys.executable, __file__, "--threads", str(args.threads), "--worker", json.dumps(job)]
+                    subprocess.run(worker, check=True)  # the run's own process, with the same torch threads
                     row = {**json.loads(out.read_text()), "task": task, "method": method, "seed": seed}
                     rows.append(row)
                     last = row["curve"][-1]
@@ -281,7 +257,7 @@ def references(tasks, seed: int) -> list[str]:
     """What play that learned nothing gets: one line per task."""
     lines = []
     for task in tasks:
-        random_play = random_policy_evaluation(task, EVAL_EPISODES, seed)
+        random_play = common.random_policy_evaluation(task, EVAL_EPISODES, seed)
         line = f"- {task}: random play, return {random_play['mean_return']:.2f}"
         if "win_rate" in random_play:
             rates = scripted_win_rates(task)
@@ -293,7 +269,7 @@ def references(tasks, seed: int) -> list[str]:
     return lines
 
 
-def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) -> None:
+def write_training(rows: list[dict], args, directory: pathlib.Path = common.RESULTS) -> None:
     directory.mkdir(parents=True, exist_ok=True)
     with open(directory / "multiagent_training.csv", "w", newline="") as file:
         writer = csv.writer(file)
@@ -309,10 +285,11 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) ->
         "",
         f"Machine: {machine()}.",
         f"Run: `{command}` on {datetime.date.today()}: {args.minutes:g} minutes of wall-clock per run (evaluations "
-        f"included), shipped settings, one run at a time. Evaluations: {EVAL_EPISODES} episodes of the greedy "
-        "policies; final: the last evaluation; peak: the best evaluation during training.",
+        f"included), {common.count(torch.get_num_threads(), 'torch thread')} per run, shipped settings, one run at a "
+        f"time. Evaluations: {EVAL_EPISODES} episodes of the greedy policies; final: the last evaluation; peak: the "
+        "best evaluation during training.",
         "",
-        seeds_line(args.seeds),
+        common.seeds_line(args.seeds),
         "",
         f"For reference, uniformly random available actions on the same evaluation ({EVAL_EPISODES} episodes, the "
         f"evaluation seed of seed {args.seeds[0]}), and on the skirmishes the win rates over 1000 battles of random "
@@ -329,8 +306,8 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) ->
         field, name, fmt = metric_of(task)
         for method in args.methods:
             runs = [r for r in rows if (r["task"], r["method"]) == (task, method)]
-            final = over_seeds({r["seed"]: r["curve"][-1][field] for r in runs})
-            peak = over_seeds({r["seed"]: max(p[field] for p in r["curve"]) for r in runs})
+            final = common.over_seeds({r["seed"]: r["curve"][-1][field] for r in runs})
+            peak = common.over_seeds({r["seed"]: max(p[field] for p in r["curve"]) for r in runs})
             steps = sum(r["env_steps"] for r in runs) // len(runs)
             reached = "-"
             if field == "win_rate":
@@ -340,8 +317,8 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = RESULTS) ->
                     mean_steps, mean_wall = (sum(h[i] for h in hits) / len(hits) for i in (0, 1))
                     reached += f", after {mean_steps:,.0f} env steps, {mean_wall:.0f} s (mean of those)"
             lines.append(
-                f"| {task} | {method} | {steps:,} | {name} {mean_std(final, fmt)} | {best_of(final, fmt)} | "
-                f"{mean_std(peak, fmt)} | {reached} |"
+                f"| {task} | {method} | {steps:,} | {name} {common.mean_std(final, fmt)} | "
+                f"{common.best_of(final, fmt)} | {common.mean_std(peak, fmt)} | {reached} |"
             )
     lines += [
         "",
@@ -377,7 +354,7 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=2.0, help="wall-clock budget of each training run")
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
-    add_seed_arguments(parser)
+    common.add_seed_arguments(parser)
     parser.add_argument("--quick", action="store_true", help="tiny durations, 2 seeds, a smoke test; writes no results")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON: one training run, in this process
     args = parser.parse_args()
@@ -387,7 +364,7 @@ def main() -> None:
         result = train_one(job["algo"], job["task"], job["seed"], job["seconds"], job["overrides"])
         pathlib.Path(job["out"]).write_text(json.dumps(result))
         return
-    check_seed_arguments(parser, args)
+    common.check_seed_arguments(parser, args)
     if args.part in ("throughput", "all"):
         if args.quick:  # exercise every path, writing into a temporary folder
             rows = throughput(num_envs=(1, 64), seconds=0.05, mpe2_max_calls=2)

@@ -29,50 +29,23 @@ import sys
 import tempfile
 import time
 
-from common import (
-    add_seed_arguments,
-    best_of,
-    check_seed_arguments,
-    count,
-    mean_std,
-    over_seeds,
-    random_policy_evaluation,
-    seeds_line,
-    verdict,
-    wall_clock_estimate,
-)
+import common
 
 EVAL_EVERY = {"ppo": 50_000, "sac": 10_000, "pql": 20_000}  # env steps
 EVAL_EPISODES = 10
 
 
 def run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict) -> dict:
-    import rl_suite
-    from rl_suite.config import split_overrides
-    from rl_suite.registry import load_algorithm
-    from rl_suite.rng import seed_everything
-    from rl_suite.runner import RunConfig, Runner
-    from rl_suite.settings import tuned_settings
-
-    algo = load_algorithm(algo_name)
-    settings = {**tuned_settings(algo, env_id), **overrides}
-    settings.update(
-        total_steps=10**12,
-        time_budget_s=seconds,
+    summary, config, agent = common.timed_run(
+        algo_name,
+        env_id,
+        seed,
+        seconds,
+        overrides,
         eval_every_steps=EVAL_EVERY[algo_name],
         eval_episodes=EVAL_EPISODES,
-        checkpoint_every_steps=10**12,
         log_every_steps=50_000,
-        progress=False,
-        seed=seed,
     )
-    run_values, agent_values = split_overrides(settings, RunConfig, algo.Config)
-    config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
-    seed_everything(seed)
-    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed)
-    agent = algo(env.observation_space, env.action_space, algo.Config(**agent_values))
-    with tempfile.TemporaryDirectory() as run_dir:
-        summary = Runner(agent, env, config, run_dir=run_dir).run()
     return {
         "env_steps": summary["env_steps"],
         "num_envs": config.num_envs,
@@ -144,7 +117,7 @@ def goal_on_seed(pql: dict, peers: list[dict], minutes: float) -> tuple[bool, st
         if reached is not None
         else f"did not reach it in {minutes:g} minutes (peak {pql['peak']:.0f})"
     )
-    return met, f"the best of SAC and PPO is {target:.0f} ({peer['label']}); PQL {how}: {verdict(met)}"
+    return met, f"the best of SAC and PPO is {target:.0f} ({peer['label']}); PQL {how}: {common.verdict(met)}"
 
 
 def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> None:
@@ -170,7 +143,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         f"({EVAL_EPISODES} deterministic episodes each). Final return: the last evaluation; peak: the highest",
         f"evaluation during training. Curves: pql_vs_curves{suffix}.csv, pql_vs_<task>{suffix}.png.",
         "",
-        seeds_line(args.seeds),
+        common.seeds_line(args.seeds),
         "",
         "| task | algorithm | envs | env steps (mean) | final return (mean ± std) | best (seed k) "
         "| peak return (mean ± std) |",
@@ -181,12 +154,12 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         task_rows = [r for r in rows if r["task"] == task]
         for label in dict.fromkeys(r["label"] for r in task_rows):
             runs = [r for r in task_rows if r["label"] == label]
-            final = over_seeds({r["seed"]: r["final"] for r in runs})
-            peak = over_seeds({r["seed"]: r["peak"] for r in runs})
+            final = common.over_seeds({r["seed"]: r["final"] for r in runs})
+            peak = common.over_seeds({r["seed"]: r["peak"] for r in runs})
             steps = sum(r["env_steps"] for r in runs) // len(runs)
             lines.append(
-                f"| {task} | {label} | {runs[0]['num_envs']} | {steps:,} | {mean_std(final)} | {best_of(final)} | "
-                f"{mean_std(peak)} |"
+                f"| {task} | {label} | {runs[0]['num_envs']} | {steps:,} | {common.mean_std(final)} | "
+                f"{common.best_of(final)} | {common.mean_std(peak)} |"
             )
         for label in dict.fromkeys(r["label"] for r in task_rows if r["algo"] == "pql"):
             met_on = 0
@@ -201,7 +174,8 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
                         f"  Achieved at the end: {', '.join(f'{k} {v:.2f}' for k, v in pql['report'].items())}."
                     )
             goals.append(
-                f"- {task}, {label}: {verdict(met_on == len(args.seeds))} (met on {met_on} of {len(args.seeds)} seeds)."
+                f"- {task}, {label}: {common.verdict(met_on == len(args.seeds))} "
+                f"(met on {met_on} of {len(args.seeds)} seeds)."
             )
         goals.append(
             f"- {task}: a uniformly random policy gets {random_returns[task]:,.0f} on the same {EVAL_EPISODES} "
@@ -238,7 +212,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5", "Ant-v5"])
     parser.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
-    add_seed_arguments(parser)
+    common.add_seed_arguments(parser)
     parser.add_argument("--pql-sequential", action="store_true", help="also run PQL with concurrent=False")
     parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON: one run, in this process
@@ -248,16 +222,16 @@ def main() -> None:
         result = run(job["algo"], job["task"], job["seed"], job["seconds"], job["overrides"])
         pathlib.Path(job["out"]).write_text(json.dumps(result))
         return
-    check_seed_arguments(parser, args)
+    common.check_seed_arguments(parser, args)
 
     variants = [("PQL", "pql", {}), ("SAC", "sac", {}), ("PPO", "ppo", {})]
     if args.pql_sequential:
         variants.insert(1, ("PQL, in turn", "pql", {"concurrent": False}))
     runs = len(args.tasks) * len(variants) * len(args.seeds)
-    parts = f"{count(args.tasks, 'task')} x {count(variants, 'algorithm')} x {count(args.seeds, 'seed')}, one at a time"
-    print(wall_clock_estimate(runs, args.minutes, parts, "start-up and final evaluations"), flush=True)
+    parts = common.grid((args.tasks, "task"), (variants, "algorithm"), (args.seeds, "seed")) + ", one at a time"
+    print(common.wall_clock_estimate(runs, args.minutes, parts, "start-up and final evaluations"), flush=True)
     random_returns = {
-        task: random_policy_evaluation(task, EVAL_EPISODES, args.seeds[0])["mean_return"] for task in args.tasks
+        task: common.random_policy_evaluation(task, EVAL_EPISODES, args.seeds[0])["mean_return"] for task in args.tasks
     }
     write_results(run_all(args, variants), args, random_returns)
 

@@ -44,20 +44,9 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import common
 import numpy as np
 import torch
-from common import (
-    add_seed_arguments,
-    best_of,
-    check_seed_arguments,
-    count,
-    duration,
-    mean_std,
-    over_seeds,
-    seeds_line,
-    verdict,
-    wall_clock_estimate,
-)
 
 GOAL_KEPT = {"HalfCheetah-v5": 0.70}  # the goal: keep 70% of the MuJoCo return in PyBullet
 PYBULLET_S_PER_EPISODE = 2.5  # 1000 cycles of HalfCheetah took 2.3 s on the 2-core EPYC (results/sim2sim.csv)
@@ -265,7 +254,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5"], choices=sorted(TASK_KWARGS))
     parser.add_argument("--minutes", type=float, default=4.0, help="training wall-clock per task")
     parser.add_argument("--episodes", type=int, default=5)
-    add_seed_arguments(parser)
+    common.add_seed_arguments(parser)
     parser.add_argument(
         "--variants",
         nargs="+",
@@ -285,17 +274,17 @@ def main() -> None:
         help="keep the rows of sim2sim.csv in --results-dir whose (task, training) this run does not measure",
     )
     args = parser.parse_args()
-    check_seed_arguments(parser, args)
+    common.check_seed_arguments(parser, args)
     torch.set_num_threads(1)
     train_minutes = 0.0 if args.policy is not None else args.minutes
     eval_minutes = len(args.variants) * args.episodes * PYBULLET_S_PER_EPISODE / 60
     runs = len(args.tasks) * len(args.trainings) * len(args.seeds)
     parts = (
-        f"{count(args.tasks, 'task')} x {count(args.trainings, 'training')} x {count(args.seeds, 'seed')}; each "
-        f"{train_minutes:g} min of training and about {duration(eval_minutes)} of PyBullet evaluation"
+        f"{common.grid((args.tasks, 'task'), (args.trainings, 'training'), (args.seeds, 'seed'))}; each "
+        f"{train_minutes:g} min of training and about {common.duration(eval_minutes)} of PyBullet evaluation"
     )
-    random_reference = f"the random reference (about {duration(len(args.tasks) * eval_minutes)}) and start-up"
-    print(wall_clock_estimate(runs, train_minutes + eval_minutes, parts, random_reference), flush=True)
+    random_reference = f"the random reference (about {common.duration(len(args.tasks) * eval_minutes)}) and start-up"
+    print(common.wall_clock_estimate(runs, train_minutes + eval_minutes, parts, random_reference), flush=True)
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -362,18 +351,18 @@ def summary_lines(rows: list[dict]) -> list[str]:
     ]
     for key in dict.fromkeys((r["task"], r["training"], r["pybullet_robot"]) for r in rows):
         runs = [r for r in rows if (r["task"], r["training"], r["pybullet_robot"]) == key]
-        mujoco = over_seeds({r["seed"]: r["mujoco_return"] for r in runs})
-        pybullet = over_seeds({r["seed"]: r["pybullet_return"] for r in runs})
+        mujoco = common.over_seeds({r["seed"]: r["mujoco_return"] for r in runs})
+        pybullet = common.over_seeds({r["seed"]: r["pybullet_return"] for r in runs})
         kept, goal = "-", "-"
         if key[1] != RANDOM:
-            fraction = over_seeds({r["seed"]: r["fraction_kept"] for r in runs})
-            kept = mean_std(fraction, "{:.2f}")
+            fraction = common.over_seeds({r["seed"]: r["fraction_kept"] for r in runs})
+            kept = common.mean_std(fraction, "{:.2f}")
             if key[0] in GOAL_KEPT:
-                goal = f"{verdict(fraction.mean >= GOAL_KEPT[key[0]])} (>= {GOAL_KEPT[key[0]]:.2f})"
+                goal = f"{common.verdict(fraction.mean >= GOAL_KEPT[key[0]])} (>= {GOAL_KEPT[key[0]]:.2f})"
         steps = sum(r["train_env_steps"] for r in runs) // len(runs)
         lines.append(
-            f"| {key[0]} | {key[1]} | {key[2]} | {steps:,} | {mean_std(mujoco)} | {best_of(mujoco)} | "
-            f"{mean_std(pybullet)} | {best_of(pybullet)} | {kept} | {goal} | "
+            f"| {key[0]} | {key[1]} | {key[2]} | {steps:,} | {common.mean_std(mujoco)} | {common.best_of(mujoco)} | "
+            f"{common.mean_std(pybullet)} | {common.best_of(pybullet)} | {kept} | {goal} | "
             f"{sum(r['control_loop_faults'] for r in runs)} |"
         )
     return lines
@@ -407,7 +396,7 @@ def write(rows: list[dict], args) -> None:
         "`rigid contact` (Bullet's own), `no armature`, `loadMJCF inertia` (loadMJCF's inertial frames, masses "
         "scaled), `substeps=1` (exactly the MJCF timestep).",
         "",
-        seeds_line(args.seeds)
+        common.seeds_line(args.seeds)
         + (" Rows kept by --append keep the seeds they ran with (*Every run* lists them)." if args.append else ""),
         "",
         *summary_lines(rows),
