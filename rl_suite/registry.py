@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import importlib.util
 import inspect
 import pathlib
+import pkgutil
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -243,16 +245,25 @@ def run_env_spec(
 
 # -- algorithms ---------------------------------------------------------------------------------------------------
 
-ALGORITHMS: dict[str, str] = {
-    "ppo": "rl_suite.agents.ppo:PPO",
-    "sac": "rl_suite.agents.sac:SAC",
-    "pql": "rl_suite.agents.pql:PQL",
-    "fpo": "rl_suite.agents.fpo:FPO",
-    "policyflow": "rl_suite.agents.policyflow:PolicyFlow",
-    "rarl": "rl_suite.agents.rarl:RARL",
-    "mappo": "rl_suite.agents.mappo:MAPPO",
-    "qmix": "rl_suite.agents.qmix:QMIX",
-}
+
+def _shipped_algorithms() -> dict[str, str]:
+    """The algorithms of ``rl_suite.agents``, one module each: ``agents/<name>.py`` holds the ``Agent`` whose ``name``
+    is ``<name>``. Found by listing the installed package's modules (not importing them), so that a new algorithm
+    needs no line here; modules whose names start with ``_`` are helpers, not algorithms."""
+    spec = importlib.util.find_spec("rl_suite.agents")
+    locations = (spec.submodule_search_locations or []) if spec is not None else []
+    modules = [m.name for m in pkgutil.iter_modules(locations) if not m.ispkg and not m.name.startswith("_")]
+    modules.sort(key=lambda name: (_LISTING_ORDER.index(name) if name in _LISTING_ORDER else len(_LISTING_ORDER), name))
+    return {name: f"rl_suite.agents.{name}" for name in modules}
+
+
+# How `rl-suite algos` and error messages order the shipped algorithms (the README's Agents table); an algorithm not
+# named here needs no line: it comes after these, by name.
+_LISTING_ORDER = ("ppo", "sac", "pql", "fpo", "policyflow", "rarl", "mappo", "qmix")
+
+
+# name -> entry point: ``module:Class``, or a module of ``rl_suite.agents``, whose algorithm of that name is taken.
+ALGORITHMS: dict[str, str] = _shipped_algorithms()
 
 
 def register_algorithm(name: str, entry_point: str) -> None:
@@ -272,7 +283,18 @@ def load_algorithm(name: str):
         close = difflib.get_close_matches(name.lower(), list(ALGORITHMS), n=3, cutoff=0.5)
         hint = f" Did you mean {' or '.join(repr(c) for c in close)}?" if close else ""
         raise UnknownAlgorithmError(f"unknown algorithm {name!r}.{hint} Algorithms: {', '.join(ALGORITHMS)}")
-    return load_entry_point(ALGORITHMS[name])
+    entry_point = ALGORITHMS[name]
+    if ":" in entry_point:
+        return load_entry_point(entry_point)
+    module = importlib.import_module(entry_point)
+    defined = [
+        value
+        for value in vars(module).values()
+        if isinstance(value, type) and value.__module__ == module.__name__ and getattr(value, "name", None) == name
+    ]
+    if len(defined) != 1:
+        raise UnknownAlgorithmError(f"{entry_point} defines {len(defined)} classes named {name!r}, not one")
+    return defined[0]
 
 
 class UnknownAlgorithmError(ValueError):

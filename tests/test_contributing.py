@@ -157,22 +157,25 @@ def registration_problems(algorithms: dict[str, type[Agent]], env_ids: list[str]
 
 
 def agent_row_problems(rows: list[dict[str, str]], algorithms: dict[str, tuple[type[Agent], str]]) -> list[str]:
-    """``rows``: the Agents table; ``algorithms``: each name's class and source file."""
+    """``rows``: the Agents table; ``algorithms``: each name's class and source file. Rows that name no algorithm
+    first, then algorithms without a row, then each row's problems in the table's order."""
     by_name = {quoted(row["algorithm"])[0]: row for row in rows if quoted(row.get("algorithm", ""))}
     problems = [
         f"README.md's Agents table has a row for `{name}`, which is not a registered algorithm"
         for name in by_name
         if name not in algorithms
     ]
-    for name, (algo, file) in algorithms.items():
-        kinds = [kind.__name__ for kind in algo.action_space_types]
-        row = by_name.get(name)
-        if row is None:
-            problems.append(
-                f"README.md's Agents table has no row for `{name}`: add "
-                f"| `{name}` | {', '.join(kinds)} | `{file}` | what it has |"
-            )
+    problems += [
+        f"README.md's Agents table has no row for `{name}`: add "
+        f"| `{name}` | {', '.join(kind.__name__ for kind in algo.action_space_types)} | `{file}` | what it has |"
+        for name, (algo, file) in algorithms.items()
+        if name not in by_name
+    ]
+    for name, row in by_name.items():
+        if name not in algorithms:
             continue
+        algo, file = algorithms[name]
+        kinds = [kind.__name__ for kind in algo.action_space_types]
         missing = [kind for kind in kinds if not re.search(rf"\b{kind}\b", row.get("actions", ""))]
         if missing:
             problems.append(f"README.md's Agents row for `{name}` does not name its action spaces {missing}")

@@ -101,3 +101,24 @@ def test_cli_reports_bad_input_without_a_traceback(capsys):
 def test_python_dash_m_runs_the_same_cli():
     result = subprocess.run([sys.executable, "-m", "rl_suite", "envs"], capture_output=True, text=True, check=True)
     assert "CartPole-v1" in result.stdout
+
+
+def test_the_shipped_algorithms_are_the_modules_of_the_agents_package_found_by_name():
+    import pathlib
+
+    from rl_suite import registry
+
+    files = {p.stem for p in (pathlib.Path(__file__).parents[1] / "agents").glob("*.py") if not p.stem.startswith("_")}
+    shipped = {name for name, entry in registry.ALGORITHMS.items() if entry.startswith("rl_suite.agents.")}
+    assert shipped == files and {"ppo", "sac", "mappo", "qmix"} <= shipped
+    for name in shipped:
+        algo = registry.load_algorithm(name)
+        assert algo.name == name and algo.__module__ == f"rl_suite.agents.{name}"
+
+
+def test_a_module_entry_point_must_hold_exactly_one_class_of_that_name(monkeypatch):
+    from rl_suite import registry
+
+    monkeypatch.setitem(registry.ALGORITHMS, "ppo2", "rl_suite.agents.ppo")
+    with pytest.raises(registry.UnknownAlgorithmError, match=r"rl_suite.agents.ppo defines 0 classes named 'ppo2'"):
+        registry.load_algorithm("ppo2")

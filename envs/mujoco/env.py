@@ -34,9 +34,15 @@ import torch
 
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco import tasks as task_module
-from rl_suite.envs.mujoco.physics import CPUPhysics, PhysicsBackend
+from rl_suite.envs.mujoco.physics import PhysicsBackend
+from rl_suite.registry import load_entry_point
 
-BACKENDS = ("cpu", "warp")
+# The physics backends by name (``MujocoVecEnv(backend=...)``): entry points of ``PhysicsBackend`` classes, each
+# built as ``Backend(model, num_envs, fields, device=..., **options)``.
+BACKENDS: dict[str, str] = {
+    "cpu": "rl_suite.envs.mujoco.physics:CPUPhysics",
+    "warp": "rl_suite.envs.mujoco.warp_physics:WarpPhysics",
+}
 
 
 def model_path(xml_file: str) -> Path:
@@ -69,6 +75,7 @@ class MujocoVecEnv(VecEnv):
         frame_skip, max_episode_steps, xml_file: as gymnasium's; ``None`` keeps the task's defaults.
         nthread: native threads of the CPU backend; 0 uses every core.
         warp_options: keyword arguments for the Warp backend (``nconmax``, ``njmax``).
+        physics_options: keyword arguments for the backend's constructor, over the two above (any backend).
         randomize_mass, randomize_friction: model randomisation half-widths (see the module docstring); 0 for none.
         task_kwargs: the task's settings, named as gymnasium names them (``reset_noise_scale``,
             ``ctrl_cost_weight``, ...). A name the task does not have is refused.
@@ -89,6 +96,7 @@ class MujocoVecEnv(VecEnv):
         xml_file: str | None = None,
         nthread: int = 0,
         warp_options: dict | None = None,
+        physics_options: dict | None = None,
         check_values: bool | None = None,
         masked_resets: bool | None = None,
         randomize_mass: float = 0.0,
@@ -124,14 +132,11 @@ class MujocoVecEnv(VecEnv):
         if backend is None:
             backend = "cpu" if self.device.type == "cpu" else "warp"
         if backend not in BACKENDS:
-            raise ValueError(f"backend must be one of {BACKENDS} or None, got {backend!r}")
-        fields = self.task.fields
-        if backend == "cpu":
-            self.physics = CPUPhysics(model, self.num_envs, fields, nthread=nthread)
-        else:
-            from rl_suite.envs.mujoco.warp_physics import WarpPhysics
-
-            self.physics = WarpPhysics(model, self.num_envs, fields, device=self.device, **(warp_options or {}))
+            raise ValueError(f"backend must be one of {tuple(BACKENDS)} or None, got {backend!r}")
+        options = {"cpu": {"nthread": nthread}, "warp": dict(warp_options or {})}.get(backend, {})
+        options.update(physics_options or {})
+        physics_class = load_entry_point(BACKENDS[backend])  # a key of the table, never a name from a file
+        self.physics = physics_class(model, self.num_envs, self.task.fields, device=self.device, **options)
         self.backend = backend
         sim = self.physics.device
         dtype = self.physics.dtype

@@ -149,13 +149,17 @@ class CPUPhysics:
         model: the compiled model; the batch works on a copy.
         num_envs: how many simulations.
         fields: the derived MjData fields the task reads; the batch copies them out after every call.
+        device: where the env keeps its tensors; this backend's stay on the CPU, whose memory MuJoCo's batch API
+            steps (``MujocoVecEnv`` moves what it returns to ``device``).
         nthread: native threads, the caller's included; 0 uses every core.
     """
 
     backend = "cpu"
     dtype = torch.float64
 
-    def __init__(self, model: mujoco.MjModel, num_envs: int, fields: Sequence[str] = (), nthread: int = 0):
+    def __init__(
+        self, model: mujoco.MjModel, num_envs: int, fields: Sequence[str] = (), device="cpu", nthread: int = 0
+    ):
         global _lib
         if _lib is None:
             _lib = _load_mujoco_library()
