@@ -74,6 +74,9 @@ class PolicyFlowConfig(OnPolicyConfig):
     """Width of the sinusoidal time embedding."""
     output_scale: float = 0.25
     """Scale of the velocity network's output."""
+    zero_init: bool = False
+    """Initialise the velocity network as the paper does (Glorot weights, last layer zeroed: the first flow is the
+    identity) rather than orthogonally (``FlowPolicy``)."""
 
 
 class PolicyFlow(OnPolicyAgent):
@@ -88,7 +91,7 @@ class PolicyFlow(OnPolicyAgent):
         if c.ratio not in ("interpolation", "full_path"):
             raise ValueError(f"unknown ratio {c.ratio!r}; choose 'interpolation' or 'full_path'")
         self.actor = FlowPolicy(
-            obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
+            obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale, c.zero_init
         )
         self.noise = nn.Module()
         self.noise.log_std = nn.Parameter(torch.full((act_dim,), float(c.init_log_std)))

@@ -324,7 +324,9 @@ class FlowPolicy(nn.Module):
       FPO's two forms: ``"u"`` (velocity error) or ``"eps"`` (the error of the noise that the predicted velocity
       implies, ``(1 - t)^2`` times the velocity error; FPO's default).
     The network sees the observation, the noisy action and a sinusoidal embedding of ``t``; its output is scaled
-    by ``output_scale`` so that the first policies move slowly.
+    by ``output_scale`` so that the first policies move slowly. ``zero_init`` initialises it as the PolicyFlow paper
+    does (Yang et al., 2026, Sec. 5.4: Glorot weights, the last layer zeroed), so that the first flow is the identity
+    and the first actions are the noise itself; otherwise ``mlp``'s orthogonal initialisation.
     """
 
     def __init__(
@@ -336,12 +338,18 @@ class FlowPolicy(nn.Module):
         steps: int = 10,
         time_embed_dim: int = 8,
         output_scale: float = 0.25,
+        zero_init: bool = False,
     ):
         super().__init__()
         if time_embed_dim % 2 or steps < 1:
             raise ValueError(f"need an even time_embed_dim and steps >= 1, got {time_embed_dim} and {steps}")
         self.act_dim, self.steps, self.output_scale = act_dim, steps, output_scale
         self.net = mlp(obs_dim + act_dim + time_embed_dim, hidden, act_dim, activation)
+        if zero_init:
+            linears = [layer for layer in self.net if isinstance(layer, nn.Linear)]
+            for layer in linears:
+                nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(linears[-1].weight)  # the biases are zero already
         self.register_buffer("frequencies", 2.0 ** torch.arange(time_embed_dim // 2), persistent=False)
 
     def velocity(self, obs: torch.Tensor, x: torch.Tensor, t: torch.Tensor) -> torch.Tensor:

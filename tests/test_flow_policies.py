@@ -3,6 +3,7 @@ multimodality measure."""
 
 from __future__ import annotations
 
+import gymnasium as gym
 import pytest
 import torch
 
@@ -239,3 +240,16 @@ def test_flow_agents_train_from_the_command_line_on_classic_and_mujoco_tasks(tmp
     assert main([*args, "--set", *quick]) == 0
     assert "128 env steps" in capsys.readouterr().out
     assert (run_dir / "summary.json").is_file()
+
+
+def test_zero_init_starts_from_the_identity_flow_as_the_paper_does():
+    """PolicyFlow's paper (Sec. 5.4) zeroes the velocity network's last layer: the first flow moves no sample, so the
+    first actions are the noise itself; the default orthogonal initialisation moves them."""
+    torch.manual_seed(0)
+    obs, noise = torch.randn(5, 3), torch.randn(5, 2)
+    paper = FlowPolicy(3, 2, (16, 16), zero_init=True)
+    assert torch.equal(paper.sample(obs, noise), noise)
+    assert all(layer.weight.abs().sum() > 0 for layer in list(paper.net)[:-1] if isinstance(layer, torch.nn.Linear))
+    assert not torch.equal(FlowPolicy(3, 2, (16, 16)).sample(obs, noise), noise)
+    agent = PolicyFlow(gym.spaces.Box(-1, 1, (3,)), gym.spaces.Box(-1, 1, (2,)), zero_init=True)
+    assert torch.equal(agent.actor.net[-1].weight, torch.zeros_like(agent.actor.net[-1].weight))
