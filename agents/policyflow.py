@@ -25,7 +25,8 @@ explicit Gaussian entropy bonus on sigma (``entropy_coef``) completes the object
              - c_v (V(s) - R)^2
 
 Advantages, reward scaling and the epoch loop are shared with PPO and FPO; the learning rate adapts to a target KL
-of the Gaussian part, as the authors' code does.
+of the Gaussian part (rsl_rl's rule; the paper's text, as far as it could be read, does not say how its rate moves).
+``zero_init`` initialises the velocity network as the paper does (Sec. 5.4): Glorot weights, the last layer zeroed.
 """
 
 from __future__ import annotations
