@@ -70,7 +70,7 @@ class FPO(OnPolicyAgent):
         self.actor = FlowPolicy(
             obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
         )
-        self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space)
         self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
@@ -81,6 +81,7 @@ class FPO(OnPolicyAgent):
             "cfm_eps": ((s, a), torch.float32),
             "cfm_t": ((s,), torch.float32),
             "cfm_loss": ((s,), torch.float32),
+            **self.critic_fields(),
         }
         spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
         return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
@@ -124,7 +125,7 @@ class FPO(OnPolicyAgent):
 
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
-        obs, _, advantages, returns = self.rollout_targets(d)
+        obs, _, advantages, returns, critic_samples = self.rollout_targets(d)
         samples = {
             "obs": obs.flatten(0, 1),
             "actions": d["policy_action"].flatten(0, 1),
@@ -133,6 +134,7 @@ class FPO(OnPolicyAgent):
             "old_loss": d["cfm_loss"].flatten(0, 1),
             "advantages": advantages.flatten(),
             "returns": returns.flatten(),
+            **critic_samples,
         }
         metrics = train_epochs(
             samples, c.epochs, c.minibatches, self.device, lambda mb: self.minibatch_step(self.loss(mb))
@@ -146,7 +148,7 @@ class FPO(OnPolicyAgent):
         ratio = self.ratio(mb["old_loss"], new_loss)
         advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         policy_loss = clipped_surrogate(ratio, advantages, c.clip_range)
-        value_loss = 0.5 * (self.critic(mb["obs"]).squeeze(-1) - mb["returns"]).square().mean()
+        value_loss = 0.5 * (self.value(mb) - mb["returns"]).square().mean()
         with torch.no_grad():
             clip_fraction = ((ratio - 1).abs() > c.clip_range).float().mean()
         return {

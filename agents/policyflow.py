@@ -96,7 +96,7 @@ class PolicyFlow(OnPolicyAgent):
         )
         self.noise = nn.Module()
         self.noise.log_std = nn.Parameter(torch.full((act_dim,), float(c.init_log_std)))
-        self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space)
         self.register({"actor": self.actor, "noise": self.noise}, torch.optim.AdamW, lr=c.lr, weight_decay=1e-5)
         self.behaviour = copy.deepcopy(self.actor).requires_grad_(False)  # v^: the flow that collected the rollout
@@ -111,6 +111,7 @@ class PolicyFlow(OnPolicyAgent):
             "flow_noise": (a, torch.float32),  # z
             "flow_action": (a, torch.float32),  # phi^(z)
             "log_prob": ((), torch.float32),  # log N(n; 0, sigma^^2)
+            **self.critic_fields(),
         }
         spec = transition_spec(self.observation_space.shape, a, torch.float32, extras)
         return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
@@ -139,10 +140,10 @@ class PolicyFlow(OnPolicyAgent):
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
         self.behaviour.load_state_dict(self.actor.state_dict())
-        obs, _, advantages, returns = self.rollout_targets(d)
+        obs, _, advantages, returns, critic_samples = self.rollout_targets(d)
         names = ("policy_action", "flow_noise", "flow_action", "log_prob")
         samples = {"obs": obs, "advantages": advantages, "returns": returns, **{k: d[k] for k in names}}
-        samples = {key: value.flatten(0, 1) for key, value in samples.items()}
+        samples = {key: value.flatten(0, 1) for key, value in samples.items()} | critic_samples
         metrics = train_epochs(
             samples, c.epochs, c.minibatches, self.device, lambda mb: self.minibatch_step(self.loss(mb), c.target_kl)
         )
@@ -178,7 +179,7 @@ class PolicyFlow(OnPolicyAgent):
         advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         policy_loss = clipped_surrogate(ratio, advantages, c.clip_range)
         entropy = (log_std + 0.5 * math.log(2 * math.pi * math.e)).sum()
-        value_loss = 0.5 * (self.critic(mb["obs"]).squeeze(-1) - mb["returns"]).square().mean()
+        value_loss = 0.5 * (self.value(mb) - mb["returns"]).square().mean()
         loss = policy_loss + c.brownian_coef * brownian - c.entropy_coef * entropy + c.vf_coef * value_loss
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()

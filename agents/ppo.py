@@ -59,12 +59,13 @@ class PPO(OnPolicyAgent):
         c, obs_dim = self.config, observation_space.shape[0]
         self.continuous = isinstance(action_space, gym.spaces.Box)
         self.actor = policy_head(action_space, obs_dim, c.hidden, c.activation, c.init_log_std)
-        self.critic = mlp(obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(action_space) if self.continuous else nn.Identity()
         self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         extras = {"policy_action": (self.action_space.shape, torch.float32)} if self.continuous else {}  # unclipped
+        extras.update(self.critic_fields())
         action_dtype = torch.float32 if self.continuous else torch.int64
         spec = transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
         return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
@@ -86,7 +87,7 @@ class PPO(OnPolicyAgent):
         c, d = self.config, buffer.data
         # 2. The behaviour policy's log-probabilities and values, and GAE, in batched passes over the rollout.
         actions = d["policy_action"] if self.continuous else d["actions"]
-        obs, values, advantages, returns = self.rollout_targets(d)
+        obs, values, advantages, returns, critic_samples = self.rollout_targets(d)
         with torch.no_grad():
             log_prob = self.actor(obs).log_prob(actions)
         samples = {
@@ -96,6 +97,7 @@ class PPO(OnPolicyAgent):
             "value": values.flatten(),
             "advantages": advantages.flatten(),
             "returns": returns.flatten(),
+            **critic_samples,
         }
         if c.lr_schedule == "linear":
             self.lr = c.lr * max(1.0 - progress, 0.0)
@@ -126,7 +128,7 @@ class PPO(OnPolicyAgent):
         ratio = log_ratio.exp()
         advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         policy_loss = clipped_surrogate(ratio, advantages, clip)
-        value = self.critic(mb["obs"]).squeeze(-1)
+        value = self.value(mb)
         value_loss = (value - mb["returns"]).square()
         if c.clip_value is not None:
             clipped = mb["value"] + (value - mb["value"]).clamp(-c.clip_value, c.clip_value)

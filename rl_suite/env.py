@@ -90,6 +90,11 @@ class VecEnv:
     reward_threshold: float | None = None
     critic_observation_space: gym.Space | None = None
     """A privileged observation for an asymmetric critic, where the env has one (``offer_critic_observation``)."""
+    episode_metric_names: tuple[str, ...] = ()
+    """Task metrics that ``step`` reports per ended episode in ``info["episode_metrics"]`` (``{name: float32 [N]}``,
+    valid where ``info["done"]``; NaN for an episode where the metric is undefined): a legged task's tracking error
+    and falls. The collector averages them over the episodes that ended (``rollout/<name>`` in TensorBoard) and
+    evaluation over its episodes (``eval/<name>``), both skipping NaN."""
 
     def __init__(
         self,
@@ -276,6 +281,12 @@ class VecEnv:
         torch.mul(self._running, done_float, out=self._final)
         self._running.sub_(self._final)
         self._final_length.copy_(self._final[1])
+
+    @property
+    def critic_obs(self) -> torch.Tensor | None:
+        """The critic's observation of the current state, ``[N, *critic_observation_space.shape]`` (after ``reset``
+        or ``step``, as ``info["critic_obs"]``), where the env offers one; else ``None``."""
+        return self._critic_obs if self.critic_observation_space is not None else None
 
     def offer_critic_observation(self, space: gym.spaces.Box) -> None:
         """Declare a privileged critic observation of one environment's ``space``: ``step`` then reports

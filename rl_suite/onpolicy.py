@@ -15,6 +15,7 @@ from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, gae
 from rl_suite.networks import RunningNorm
 from rl_suite.optim import finite_or_warn, gradient_step
+from rl_suite.spaces import space_from_dict, space_to_dict
 
 
 @torch.no_grad()
@@ -26,18 +27,21 @@ def advantages_and_returns(
     rewards: torch.Tensor,
     gamma: float,
     gae_lambda: float,
+    next_obs: torch.Tensor | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """``(values, advantages, returns)``, each ``[T, N]``, for rollout fields ``d`` and its normalised ``obs``.
 
     V(s'_t) is V(s_{t+1}) unless the episode ended at t: only truncated steps (and the last one) need their final
-    observation valued (terminated ones are not bootstrapped).
+    observation valued (terminated ones are not bootstrapped). The final observations are ``d["next_obs"]``, raw, or
+    ``next_obs`` (an asymmetric critic's, ``d["next_critic_obs"]``).
     """
+    next_obs = d["next_obs"] if next_obs is None else next_obs
     values = critic(obs).squeeze(-1)
     next_values = torch.cat((values[1:], values[:1]))
     needs = d["truncated"].clone()
     needs[-1] = True
     t, env = needs.nonzero(as_tuple=True)
-    next_values[t, env] = critic(next_obs_normalizer(d["next_obs"][t, env])).squeeze(-1)
+    next_values[t, env] = critic(next_obs_normalizer(next_obs[t, env])).squeeze(-1)
     done = d["terminated"] | d["truncated"]
     advantages, returns = gae(rewards, values, next_values, d["terminated"], done, gamma, gae_lambda)
     return values, advantages, returns
@@ -162,6 +166,10 @@ class OnPolicyConfig:
     """Activation of the hidden layers: tanh, relu, elu or silu."""
     normalize_obs: bool = True
     """Normalise observations with running statistics kept in the policy."""
+    critic_observation: bool = False
+    """Asymmetric actor-critic: the critic sees the env's privileged observation (``info["critic_obs"]``, with its own
+    normaliser) instead of the policy's. Needs an env that offers one (``critic_observation_space``); the exported
+    policy is unchanged, since it holds only the actor."""
     scale_rewards: bool = False
     """Divide rewards by a running standard deviation of the discounted return (as CleanRL's and SB3's reward
     normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
@@ -177,10 +185,23 @@ class OnPolicyAgent(Agent):
     ``minibatch_step`` on its loss, then ``finish_update``. Its ``Config`` derives from ``OnPolicyConfig``.
     """
 
-    def __init__(self, observation_space, action_space, config=None, device="cpu", **overrides):
+    def __init__(
+        self, observation_space, action_space, config=None, device="cpu", critic_observation_space=None, **overrides
+    ):
         super().__init__(observation_space, action_space, config, device, **overrides)
         c = self.config
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
+        asymmetric = getattr(c, "critic_observation", False)  # a config of its own may lack the field (CONTRIBUTING.md)
+        self.critic_observation_space = critic_observation_space if asymmetric else None
+        if asymmetric:
+            if critic_observation_space is None:
+                raise ValueError(
+                    f"{self.name}: critic_observation=True needs an env that offers a privileged critic observation "
+                    "(critic_observation_space); this one offers none"
+                )
+            shape = critic_observation_space.shape
+            self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
+        self.critic_obs_dim = (critic_observation_space if asymmetric else observation_space).shape[0]
         self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
         self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
         self.lr = c.lr  # the current learning rate (schedules and adaptive KL rules move it)
@@ -191,12 +212,45 @@ class OnPolicyAgent(Agent):
         statistics for checkpoints, move them to the device, and make the one ``optimizer(parameters, **settings)``
         over the policy's and the critic's parameters."""
         others = {"critic": self.critic, "scaler": self.scaler, "return_norm": self.return_norm}
+        if self.critic_observation_space is not None:
+            others["critic_normalizer"] = self.critic_normalizer
         self.modules = {"normalizer": self.normalizer, **policy, **others}
         for module in self.modules.values():
             module.to(self.device)
         self.parameters = [p for module in (*policy.values(), self.critic) for p in module.parameters()]
         self.optimizer = optimizer(self.parameters, **settings)
         self.optimizers = {"optimizer": self.optimizer}
+
+    @classmethod
+    def for_env(cls, env, config=None, device="cpu", **overrides):
+        """An agent for ``env``'s spaces, and its critic observation's if the env offers one."""
+        space = getattr(env, "critic_observation_space", None)
+        return super().for_env(env, config, device, critic_observation_space=space, **overrides)
+
+    def describe(self):
+        description = super().describe()
+        if self.critic_observation_space is not None:
+            description["critic_observation_space"] = space_to_dict(self.critic_observation_space)
+        return description
+
+    @classmethod
+    def spaces_from_description(cls, description):
+        spaces = super().spaces_from_description(description)
+        if "critic_observation_space" in description:
+            spaces["critic_observation_space"] = space_from_dict(description["critic_observation_space"])
+        return spaces
+
+    def critic_fields(self) -> dict:
+        """The rollout fields an asymmetric critic adds (``make_buffer``'s extras): its observations before and after
+        each step."""
+        if self.critic_observation_space is None:
+            return {}
+        shape = (tuple(self.critic_observation_space.shape), torch.float32)
+        return {"critic_obs": shape, "next_critic_obs": shape}
+
+    def value(self, mb: dict[str, torch.Tensor]) -> torch.Tensor:
+        """V of a minibatch: of its critic observations where the critic has its own, else of its observations."""
+        return self.critic(mb["critic_obs"] if "critic_obs" in mb else mb["obs"]).squeeze(-1)
 
     @property
     def steps_per_iteration(self) -> int:
@@ -205,16 +259,24 @@ class OnPolicyAgent(Agent):
     @torch.no_grad()
     def rollout_targets(
         self, d: dict[str, torch.Tensor]
-    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
-        """``(obs, values, advantages, returns)`` of the rollout fields ``d``, each ``[T, N, ...]``: the observations
-        normalised, and the rewards scaled first if ``scale_rewards``."""
+    ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
+        """``(obs, values, advantages, returns, critic_samples)`` of the rollout fields ``d``, each ``[T, N, ...]``: the
+        observations normalised, and the rewards scaled first if ``scale_rewards``. ``critic_samples`` is what the
+        agent adds to its minibatch samples for ``value``: ``{"critic_obs": [T * N, ...]}`` normalised, with an
+        asymmetric critic, else nothing."""
         c = self.config
         rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
         obs = self.normalizer(d["obs"])
+        if self.critic_observation_space is None:
+            values, advantages, returns = advantages_and_returns(
+                d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
+            )
+            return obs, values, advantages, returns, {}
+        critic_obs = self.critic_normalizer(d["critic_obs"])
         values, advantages, returns = advantages_and_returns(
-            d, self.critic, obs, self.normalizer, rewards, c.gamma, c.gae_lambda
+            d, self.critic, critic_obs, self.critic_normalizer, rewards, c.gamma, c.gae_lambda, d["next_critic_obs"]
         )
-        return obs, values, advantages, returns
+        return obs, values, advantages, returns, {"critic_obs": critic_obs.flatten(0, 1)}
 
     def minibatch_step(
         self, losses: dict[str, torch.Tensor], adapt_to_kl: float | None = None
@@ -235,6 +297,8 @@ class OnPolicyAgent(Agent):
         during them; the rollout is then emptied."""
         if self.config.normalize_obs:
             self.normalizer.update(buffer.data["obs"])
+            if self.critic_observation_space is not None:
+                self.critic_normalizer.update(buffer.data["critic_obs"])
         buffer.clear()
 
     def counters(self):

@@ -116,13 +116,15 @@ def default_run_dir(config: RunConfig) -> pathlib.Path:
 def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
     """Mean and standard deviation of the return of the deterministic policy over ``env.num_envs`` episodes: the
     first episode of each environment, so that short episodes are not over-represented. Multi-agent envs report the
-    team return, and the win rate where the task has winners."""
+    team return, and the win rate where the task has winners; tasks with episode metrics (``env.episode_metric_names``:
+    a legged task's tracking error and falls) report the mean of each over the same episodes."""
     # The collector's policy side (its act and advance, and a team's memory), with the deterministic policy.
     kind = MultiAgentCollector if isinstance(env, MultiAgentVecEnv) else Collector
     player = kind(env, agent, act=functools.partial(agent.act, deterministic=True), seed=seed)
     returns = torch.zeros(env.num_envs, device=env.device)
     wins = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
     finished = torch.zeros(env.num_envs, dtype=torch.bool, device=env.device)
+    metrics = {name: torch.zeros(env.num_envs, device=env.device) for name in env.episode_metric_names}
     steps = 0
     while True:
         actions, _ = player.act()
@@ -131,6 +133,8 @@ def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
         returns = torch.where(first, info["episode_return"], returns)
         if "won" in info:
             wins |= first & info["won"]
+        for name, values in metrics.items():
+            torch.where(first, info["episode_metrics"][name], values, out=values)
         finished |= info["done"]
         player.advance(obs, info)
         steps += 1
@@ -145,6 +149,7 @@ def evaluate(agent, env: VecEnv, seed: int) -> dict[str, Any]:
     }
     if "won" in info:
         result["win_rate"] = wins.double().mean().item()
+    result.update({name: values.double().nanmean().item() for name, values in metrics.items()})
     return result
 
 
@@ -273,6 +278,9 @@ class Runner:
             values["rollout/episode_length"] = episodes["episode_length"]
             if "win_rate" in episodes:
                 values["rollout/win_rate"] = episodes["win_rate"]
+            # a metric that no episode of the window defined (NaN) is left out, as the return is when none ended
+            task_metrics = {f"rollout/{name}": episodes[name] for name in self.env.episode_metric_names}
+            values.update({name: value for name, value in task_metrics.items() if value == value})
         logger.scalars(steps, values)
         # A window in which no episode ended shows the last known return (or none yet), never NaN.
         self.last_rollout_return = values.get("rollout/episode_return", self.last_rollout_return)
@@ -292,6 +300,8 @@ class Runner:
         scalars = {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]}
         if "win_rate" in self.last_eval:
             row["win_rate"] = scalars["eval/win_rate"] = self.last_eval["win_rate"]
+        for name in self.eval_env.episode_metric_names:
+            row[name] = scalars[f"eval/{name}"] = self.last_eval[name]
         self.evaluations.append(row)
         logger.scalars(self.env_steps, scalars)
         for metric, target in self._targets():
