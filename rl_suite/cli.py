@@ -195,6 +195,25 @@ def _cmd_export(args) -> int:
     return 0
 
 
+# What `rl-suite play` runs: an entry point of the code, never a name read from a file (the core does not import envs).
+_PLAYER = "rl_suite.envs.robots.deploy:play"
+
+
+def _cmd_play(args) -> int:
+    from rl_suite.registry import load_entry_point
+
+    play = load_entry_point(_PLAYER)
+    viewer = False if args.no_viewer else None
+    result = play(args.policy, tuple(args.command), args.seconds, args.video, viewer)
+    print(
+        f"{result['policy']}: command {result['command']} for {result['seconds']:.1f} s: mean velocity "
+        f"{[round(v, 2) for v in result['mean_velocity']]}, RMS planar tracking error "
+        f"{result['tracking_error_lin']:.3f} m/s, {'fell' if result['fell'] else 'did not fall'}"
+        + (f"; video {result['video']}" if result["video"] else "")
+    )
+    return 0
+
+
 def _cmd_algos(args) -> int:
     from rl_suite.registry import ALGORITHMS, load_algorithm
 
@@ -286,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     export.add_argument("-o", "--output", required=True, metavar="FILE", help="the file to write")
     export.add_argument("--control-hz", type=float, help="control rate to record (default: the env's 1/dt, if any)")
     export.set_defaults(run=_cmd_export)
+
+    play = commands.add_parser(
+        "play",
+        help="watch an exported legged policy (default: the shipped quadruped) in MuJoCo: a video, or the viewer",
+    )
+    play.add_argument("policy", nargs="?", help="an exported .onnx or .pt policy of a legged task (default: shipped)")
+    play.add_argument("--command", type=float, nargs=3, default=[0.5, 0.0, 0.0], metavar=("VX", "VY", "YAW_RATE"))
+    play.add_argument("--seconds", type=float, default=10.0)
+    play.add_argument("--video", metavar="FILE", help="write a .gif (or an .mp4, with imageio-ffmpeg)")
+    play.add_argument("--no-viewer", action="store_true", help="never open MuJoCo's viewer")
+    play.set_defaults(run=_cmd_play)
     return parser
 
 

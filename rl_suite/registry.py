@@ -344,6 +344,11 @@ for _task in MUJOCO_TASKS:
     register(f"{_task}-v5", "rl_suite.envs.mujoco.randomization:make_mujoco_env", task=_task)
 del _task
 
+# Legged robots following velocity commands on flat ground: one task over a robot config (rl_suite/envs/robots), our
+# Go1-size quadruped and gymnasium's Ant. No gymnasium counterparts.
+register("QuadrupedVelocity-Flat-v0", "rl_suite.envs.robots.velocity:LeggedVelocityEnv", robot="quadruped")
+register("AntVelocity-Flat-v0", "rl_suite.envs.robots.velocity:LeggedVelocityEnv", robot="ant")
+
 # Multi-agent tasks (batched torch; no gymnasium counterparts). Spread and Tag follow mpe2's simple_spread_v3 and
 # simple_tag_v3; the skirmish scenarios are ours, in the spirit of SMAC's maps of the same names.
 register("Spread-v0", "rl_suite.envs.multiagent.mpe:Spread")

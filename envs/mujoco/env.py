@@ -52,6 +52,46 @@ def model_path(xml_file: str) -> Path:
     return Path(gym.__file__).parent / "envs" / "mujoco" / "assets" / xml_file
 
 
+class OffscreenRenderer:
+    """RGB frames of one model's simulations, with one ``mujoco.Renderer`` kept for the size last asked for.
+
+    Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``."""
+
+    def __init__(self, model: mujoco.MjModel):
+        self.model, self._renderer = model, None
+
+    def render(self, data: mujoco.MjData, width: int, height: int, camera: int | str = -1) -> np.ndarray:
+        renderer = self._renderer
+        if renderer is None or (renderer.width, renderer.height) != (width, height):
+            self.close()
+            self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
+            self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
+            renderer = self._renderer = mujoco.Renderer(self.model, height=height, width=width)
+        renderer.update_scene(data, camera=camera)
+        return renderer.render()
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
+
+
+def render_physics(env, env_id: int, width: int, height: int, camera: int | str) -> np.ndarray:
+    """Simulation ``env_id`` of ``env`` (an env with ``num_envs``, ``model`` and a ``PhysicsBackend`` as
+    ``physics``) as an RGB array, through the ``OffscreenRenderer`` it keeps (``close_renderer`` releases it)."""
+    if not 0 <= env_id < env.num_envs:
+        raise ValueError(f"env_id must be in [0, {env.num_envs}), got {env_id}")
+    if getattr(env, "_renderer", None) is None:
+        env._renderer = OffscreenRenderer(env.model)
+    return env._renderer.render(env.physics.data(env_id), width, height, camera)
+
+
+def close_renderer(env) -> None:
+    renderer = getattr(env, "_renderer", None)
+    if renderer is not None:
+        renderer.close()
+
+
 class PhysicsRows:
     """The physics fields of every environment, or of ``env_ids`` only, as ``[n, ...]`` tensors by name:
     ``qpos``, ``qvel``, ``ctrl`` and the bound derived fields (``xpos``, ``cfrc_ext``, ...)."""
@@ -286,20 +326,7 @@ class MujocoVecEnv(VecEnv):
 
         Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``.
         """
-        if not 0 <= env_id < self.num_envs:
-            raise ValueError(f"env_id must be in [0, {self.num_envs}), got {env_id}")
-        renderer = getattr(self, "_renderer", None)
-        if renderer is None or (renderer.width, renderer.height) != (width, height):
-            if renderer is not None:
-                renderer.close()
-            self.model.vis.global_.offwidth = max(self.model.vis.global_.offwidth, width)
-            self.model.vis.global_.offheight = max(self.model.vis.global_.offheight, height)
-            renderer = self._renderer = mujoco.Renderer(self.model, height=height, width=width)
-        renderer.update_scene(self.physics.data(env_id), camera=camera)
-        return renderer.render()
+        return render_physics(self, env_id, width, height, camera)
 
     def close(self) -> None:
-        renderer = getattr(self, "_renderer", None)
-        if renderer is not None:
-            renderer.close()
-            self._renderer = None
+        close_renderer(self)

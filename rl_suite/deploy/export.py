@@ -9,6 +9,11 @@ writes it, describes it and checks it, the same way for every agent.
 Metadata (spaces, control period, algorithm, env id, rl_suite version) travels inside the file: ONNX
 ``metadata_props["rl_suite"]``, TorchScript ``_extra_files["rl_suite.json"]``, both a JSON object. Every export ends
 with a parity check of the file against the agent's own ``act(..., deterministic=True)``; a mismatch raises.
+
+A policy trained on a legged robot task carries a ``robot`` entry too (the env's ``robot_metadata()``: joint names in
+action order, default pose, action scale, gains, torque limits, physics step and control rate, the model file, and
+the observation's terms in order with their sizes and scales), and its file returns the joint position offsets
+(``JointOffsets``): a robot programmer needs nothing else.
 """
 
 from __future__ import annotations
@@ -26,7 +31,7 @@ from torch import nn
 
 import rl_suite
 from rl_suite.agent import MultiAgentAgent, agent_from_checkpoint
-from rl_suite.deploy.inference import ExportError, InferencePolicy, frozen
+from rl_suite.deploy.inference import ExportError, InferencePolicy, JointOffsets, frozen
 from rl_suite.deploy.runtime import METADATA_KEY, TORCHSCRIPT_METADATA_FILE
 from rl_suite.spaces import space_to_dict
 
@@ -63,6 +68,7 @@ def build_metadata(
     env_id: str | None = None,
     dt: float | None = None,
     control_hz: float | None = None,
+    robot: dict[str, Any] | None = None,
 ) -> dict[str, Any]:
     if dt is not None and control_hz is not None and abs(dt * control_hz - 1.0) > 1e-6:
         raise ExportError(f"dt={dt} and control_hz={control_hz} disagree; give one of them")
@@ -72,7 +78,7 @@ def build_metadata(
         dt = 1.0 / control_hz
     if dt is not None and dt <= 0:
         raise ExportError(f"dt must be positive, got {dt}")
-    return {
+    metadata = {
         "format_version": 1,
         "algorithm": algorithm,
         "env_id": env_id,
@@ -86,6 +92,9 @@ def build_metadata(
         "inputs": [dict(spec) for spec in policy.inputs],
         "output": dict(policy.output),
     }
+    if robot is not None:
+        metadata["robot"] = dict(robot)
+    return metadata
 
 
 def parity_observations(policy: InferencePolicy, count: int = 1000, seed: int = 0) -> torch.Tensor:
@@ -124,8 +133,8 @@ def _reference_actions(agent, inputs: list[torch.Tensor], names: list[str]) -> n
 def _write_onnx(module: nn.Module, example: list[torch.Tensor], path: pathlib.Path, metadata: dict) -> None:
     import onnx
 
-    names = [spec["name"] for spec in metadata["inputs"]]
-    dynamic = {name: {0: "batch"} for name in [*names, "action"]}
+    names, output = [spec["name"] for spec in metadata["inputs"]], metadata["output"]["name"]
+    dynamic = {name: {0: "batch"} for name in [*names, output]}
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         torch.onnx.export(
@@ -133,7 +142,7 @@ def _write_onnx(module: nn.Module, example: list[torch.Tensor], path: pathlib.Pa
             tuple(example),
             str(path),
             input_names=names,
-            output_names=["action"],
+            output_names=[output],
             dynamic_axes=dynamic,
             opset_version=17,
             dynamo=False,
@@ -206,18 +215,22 @@ def export_policy(
     env_id: str | None = None,
     dt: float | None = None,
     control_hz: float | None = None,
+    robot: dict[str, Any] | None = None,
     parity_samples: int = 1000,
 ) -> ExportReport:
     """Write ``agent``'s deterministic policy to ``path`` and check the file against the agent.
 
     ``example_obs`` (``[obs_dim]`` or ``[K, obs_dim]``, e.g. recorded observations) joins the random parity
     observations. ``dt`` or ``control_hz`` gives the control period stored in the metadata (default: the
-    agent's env's ``dt`` is unknown here; ``export_run`` looks it up).
+    agent's env's ``dt`` is unknown here; ``export_run`` looks it up). ``robot``, a legged task's
+    ``robot_metadata()``, goes into the metadata, and the file then returns joint position offsets (``JointOffsets``).
     """
     check_format(format)
     path = pathlib.Path(path)
     policy = deterministic_policy(agent)
-    metadata = build_metadata(agent.name, policy, env_id, dt, control_hz)
+    if robot is not None:
+        policy = JointOffsets(policy, robot["action_scale"], robot["clip_actions"])
+    metadata = build_metadata(agent.name, policy, env_id, dt, control_hz, robot)
 
     obs = parity_observations(policy, parity_samples)
     if example_obs is not None:
@@ -236,21 +249,26 @@ def export_policy(
     names = [spec["name"] for spec in metadata["inputs"]]
     exported = run_file(path, format, inputs, names)
     expected = _reference_actions(agent, inputs, names)
+    if robot is not None:  # the task's own arithmetic (velocity.py), in float32
+        clip, scale = np.float32(robot["clip_actions"]), np.asarray(robot["action_scale"], dtype=np.float32)
+        expected = np.clip(expected, -clip, clip) * scale
     max_error = compare_actions(exported, expected, metadata["output"]["dtype"] == "int64", "the agent")
     return ExportReport(path, format, metadata, max_error, int(obs.shape[0]))
 
 
-def env_dt(env_id: str, env_kwargs: dict) -> float | None:
-    """The control period of ``env_id``'s simulator, if it has one (``dt``)."""
+def env_facts(env_id: str, env_kwargs: dict) -> tuple[float | None, dict[str, Any] | None]:
+    """The control period of ``env_id``'s simulator, if it has one (``dt``), and a legged task's robot entry
+    (``robot_metadata()``), if it has one."""
     from rl_suite.registry import make
 
     try:
         env = make(env_id, num_envs=1, **env_kwargs)
     except Exception:  # an unavailable simulator only costs the metadata its dt
-        return None
+        return None, None
     try:
         dt = getattr(env, "dt", None)
-        return float(dt) if isinstance(dt, int | float) and dt > 0 else None
+        robot = env.robot_metadata() if callable(getattr(env, "robot_metadata", None)) else None
+        return (float(dt) if isinstance(dt, int | float) and dt > 0 else None), robot
     finally:
         close = getattr(env, "close", None)
         if callable(close):
@@ -282,9 +300,10 @@ def export_run(
     except UnknownEnvError:  # an env that is not registered (Agent.learn's "custom"): no dt to look up
         env_id, env_kwargs = state.get("env_id"), None
     agent = agent_from_checkpoint(state, f"the newest checkpoint of {run_dir}", "cpu")
-    if dt is None and control_hz is None and env_kwargs is not None:
-        dt = env_dt(env_id, env_kwargs)
+    env_period, robot = env_facts(env_id, env_kwargs) if env_kwargs is not None else (None, None)
+    if dt is None and control_hz is None:
+        dt = env_period
     try:
-        return export_policy(agent, path, format, example_obs, env_id=env_id, dt=dt, control_hz=control_hz)
+        return export_policy(agent, path, format, example_obs, env_id=env_id, dt=dt, control_hz=control_hz, robot=robot)
     finally:
         agent.close()

@@ -7,7 +7,9 @@ and which describes its inputs and output for the exported file's metadata. The 
 - ``FrozenNorm`` and ``FrozenScale``: a ``RunningNorm`` and an ``ActionScaler`` as float32 constants;
 - ``MLPInference``: normalise, a network, then the argmax of its logits or its (optionally tanh-squashed) mean scaled
   to the bounds (PPO, SAC, PQL);
-- ``FlowInference``: a flow policy's sampler unrolled from zero noise (FPO, PolicyFlow).
+- ``FlowInference``: a flow policy's sampler unrolled from zero noise (FPO, PolicyFlow);
+- ``JointOffsets``: around any of these, for a legged robot: the action clipped and scaled into the joint position
+  offsets from the default pose, as the task turns actions into PD targets.
 """
 
 from __future__ import annotations
@@ -165,3 +167,18 @@ class FlowInference(InferencePolicy):
             t = zeros + times[k]
             x = x + (times[k + 1] - times[k]) * self.flow.velocity(obs, x, t)
         return self.scale(x)
+
+
+class JointOffsets(InferencePolicy):
+    """A legged robot's policy: ``policy``'s action clipped to ``[-clip, clip]`` and multiplied by each joint's
+    ``action_scale``, the offsets from the default pose that the robot's PD controllers track (target =
+    default_joint_pos + output), as the legged tasks compute them (rl_suite/envs/robots/velocity.py)."""
+
+    def __init__(self, policy: InferencePolicy, action_scale, clip: float):
+        super().__init__(policy.observation_space, policy.action_space, policy.norm)
+        self.policy, self.clip = policy, float(clip)
+        self.register_buffer("action_scale", torch.as_tensor(action_scale, dtype=torch.float32).clone())
+        self.output = tensor_spec("joint_pos_offset", policy.action_space.shape, "float32")
+
+    def forward(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.policy(obs).clamp(-self.clip, self.clip) * self.action_scale

@@ -59,6 +59,19 @@ import numpy as np
 METADATA_KEY = "rl_suite"
 TORCHSCRIPT_METADATA_FILE = "rl_suite.json"
 REQUIRED_METADATA = ("algorithm", "observation_space", "action_space", "inputs", "output")
+# What a policy for a legged robot carries besides (rl_suite/envs/robots/velocity.py, robot_metadata).
+REQUIRED_ROBOT_METADATA = (
+    "joint_names",
+    "default_joint_pos",
+    "action_scale",
+    "kp",
+    "kd",
+    "torque_limit",
+    "physics_dt",
+    "control_hz",
+    "mjcf",
+    "observation",
+)
 
 
 def _space_shape(space: dict[str, Any]) -> tuple[int, ...]:
@@ -91,6 +104,8 @@ class ExportedPolicy:
         self.action_dim = int(self.action_shape[-1]) if box else 1
         """Components per agent's action: the ``Box``'s last dimension, or 1 (an index) for discrete actions."""
         self.dt = metadata.get("dt")
+        self.robot: dict[str, Any] | None = metadata.get("robot")
+        """A legged robot's entry (joint order, default pose, gains, observation layout), where the file has one."""
         avail = [spec for spec in metadata["inputs"] if spec["name"] == "avail_actions"]
         self._avail_shape = tuple(avail[0]["shape"][1:]) if avail else None
 
@@ -204,6 +219,7 @@ def load_policy(
     expected_observation_dim: int | None = None,
     expected_action_dim: int | None = None,
     threads: int | None = None,
+    robot: bool = False,
 ) -> ExportedPolicy:
     """Load an exported policy. ``backend``: ``onnx`` (onnxruntime), ``torchscript`` (torch), or ``auto`` (by the
     file's content: TorchScript files are zip archives). ``expected_observation_dim`` and ``expected_action_dim``
@@ -212,6 +228,9 @@ def load_policy(
 
     ``threads``: intra-op threads. ONNX: the session's own (default 1, best for single-observation latency).
     TorchScript: ``torch.set_num_threads(threads)``, which is process-wide, so only when given.
+
+    ``robot=True`` loads the file for a legged robot: its metadata must carry the ``robot`` entry (joint order,
+    default pose, gains, observation layout: ``REQUIRED_ROBOT_METADATA``), which ``policy.robot`` then holds.
 
     What a file may decide: its metadata is JSON, read as plain data (shapes, names, ``dt``); nothing in it is imported
     or called, and its ``env_id`` is a label only, never built. An ONNX file is a graph of standard operators that
@@ -229,6 +248,24 @@ def load_policy(
     else:
         raise ValueError(f"unknown backend {backend!r}; choose auto, onnx or torchscript")
     policy = ExportedPolicy(path, backend, metadata, run, names)
+    if robot:
+        entry = metadata.get("robot")
+        missing = (
+            REQUIRED_ROBOT_METADATA
+            if not isinstance(entry, dict)
+            else [key for key in REQUIRED_ROBOT_METADATA if key not in entry]
+        )
+        if missing:
+            what = "no robot entry" if not isinstance(entry, dict) else f"a robot entry without {', '.join(missing)}"
+            raise ValueError(
+                f"{path} has {what} in its metadata, so it cannot drive a robot: export it from a run on a legged "
+                "task (rl-suite export RUN_DIR), whose metadata carries the joint order, gains and observation layout"
+            )
+        if len(entry["joint_names"]) != policy.action_dim:
+            raise ValueError(
+                f"{path}'s robot entry names {len(entry['joint_names'])} joints, but the policy gives "
+                f"{policy.action_dim} actions"
+            )
     if expected_observation_dim is not None and expected_observation_dim != policy.observation_dim:
         raise ValueError(
             f"{path} takes observations of size {policy.observation_dim}, but the robot gives "

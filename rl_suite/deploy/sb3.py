@@ -23,7 +23,7 @@ from rl_suite.deploy.export import (
     build_metadata,
     check_format,
     compare_actions,
-    env_dt,
+    env_facts,
     run_file,
     write_file,
 )
@@ -284,7 +284,7 @@ def export_sb3(
     module = _sb3_module(name, model, FrozenNorm(stats))
 
     if dt is None and control_hz is None and env_id:
-        dt = env_dt(env_id, {})
+        dt = env_facts(env_id, {})[0]
     metadata = build_metadata(f"sb3-{name}", module, env_id, dt, control_hz)
     metadata["source"] = {"library": "stable-baselines3", "version": stable_baselines3.__version__}
 
