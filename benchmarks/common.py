@@ -83,6 +83,37 @@ def wall_clock_estimate(runs: int, minutes_per_run: float, parts: str, extra: st
     return line + (f", plus {extra}" if extra else "") + "."
 
 
+# -- the machine and the clock ---------------------------------------------------------------------------------------
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo), and its count of logical cores."""
+    import os
+    import platform
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"
+
+
+class SimulatedClock:
+    """A clock that moves only when the loop sleeps, for ``ControlLoop(clock=..., sleep=...)``: the control loop
+    then runs as fast as the simulation."""
+
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
+
+    def sleep(self, seconds: float) -> None:
+        self.now += seconds
+
+
 # -- one training run --------------------------------------------------------------------------------------------------
 
 

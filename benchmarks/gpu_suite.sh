@@ -11,11 +11,15 @@
 #   4. the hot loop (benchmarks/hot_loop.py): eager, compile, cuda_graph, compile+cuda_graph, N up to 2^20;
 #   5. PPO on Ant-v5 (warp, cuda): wall-clock to an evaluation return of 6000, within a time budget;
 #   6. step 5 again under `torchrun --nproc_per_node 1`: the distributed overhead;
-#   7. PQL on Ant-v5 under the same budget, against step 5.
+#   7. PQL on Ant-v5 under the same budget, against step 5;
+#   8. PPO on QuadrupedVelocity-Flat-v0 (warp, cuda, 4096 envs, rsl_rl's settings): the planar tracking error after
+#      LEGGED_S seconds (goal: under 0.2 m/s within 5 minutes); it takes what the suite has left, up to LEGGED_S, so
+#      give the whole suite TOTAL_S=900 to run it in full.
 # Everything goes to $RESULTS (default: $OUT if set, else benchmarks/results/gpu/): a log per step, the result files
 # of each step, and summary.md (status and time of every step, then the results side by side).
 #
-# Settings (environment variables): TOTAL_S (600, the whole suite's budget; steps are cut to what is left),
+# Settings (environment variables): TOTAL_S (600, the whole suite's budget; steps are cut to what is left), LEGGED_S
+# (300, step 8's training budget),
 # TRAIN_S (80, wall-clock budget of each training run), NUM_ENVS_PPO (4096), NUM_ENVS_PQL (4096), PPO_SET and PQL_SET
 # (extra `--set` assignments), PY (the Python to use; default .venv/bin/python).
 set -euo pipefail
@@ -45,6 +49,10 @@ if [[ $SMOKE == 1 ]]; then
     PPO_SET=${PPO_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
     PQL_SET=${PQL_SET:-"learning_starts=64 batch_size=64 eval_every_steps=64 eval_episodes=2 hidden=[32,32] concurrent=false"}
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=120 LIMIT_HOT=240 LIMIT_TRAIN=$((TRAIN_S + 60))
+    LEGGED_S=${LEGGED_S:-20}
+    NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-8}
+    LEGGED_BACKEND=cpu
+    LEGGED_SET=${LEGGED_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
 else
     DEVICE=cuda
     TRAIN_S=${TRAIN_S:-80}
@@ -60,6 +68,11 @@ else
     # PQL's paper settings (PQLConfig's defaults) are sized for a GPU; the YAML's Ant entry is the CPU one.
     PQL_SET=${PQL_SET:-"batch_size=8192 hidden=[512,256,128] activation=elu eval_every_steps=500000 eval_episodes=32"}
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=100 LIMIT_HOT=120 LIMIT_TRAIN=$((TRAIN_S + 45))
+    LEGGED_S=${LEGGED_S:-300}
+    NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-4096}
+    LEGGED_BACKEND=warp
+    # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for 256 on a CPU)
+    LEGGED_SET=${LEGGED_SET:-"hidden=[512,256,128] eval_every_steps=2000000 eval_episodes=64"}
 fi
 
 # run_step NAME LIMIT_S COMMAND...: run COMMAND under a time limit (cut to what is left of TOTAL_S), its output in
@@ -189,6 +202,25 @@ run_step ppo_ant_torchrun "$LIMIT_TRAIN" train ppo "$NUM_ENVS_PPO" "$PPO_SET" "$
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 1
 run_step pql_ant "$LIMIT_TRAIN" train pql "$NUM_ENVS_PQL" "$PQL_SET" "$RESULTS/pql_ant" "$PY"
 
+# 8. The quadruped, with what is left (up to LEGGED_S): the shipped settings of agents/hyperparams/ppo.yaml on
+# MuJoCo Warp, the tracking error from summary.json.
+rm -rf "$RESULTS/ppo_quadruped"
+legged() {
+    # shellcheck disable=SC2086 # LEGGED_SET is a list of KEY=VALUE words
+    "$PY" -m rl_suite train ppo QuadrupedVelocity-Flat-v0 --device "$DEVICE" --num-envs "$NUM_ENVS_LEGGED" --seed 0 \
+        --time-budget "$1" --total-steps 1000000000000 --run-dir "$RESULTS/ppo_quadruped" \
+        --set progress=false checkpoint_every_steps=1000000000000 "env_kwargs={backend: $LEGGED_BACKEND}" $LEGGED_SET
+}
+export -f legged
+export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET
+LEFT=$((TOTAL_S - (SECONDS - SUITE_START) - 60))
+BUDGET=$((LEFT < LEGGED_S ? LEFT : LEGGED_S))
+if ((BUDGET >= 20)); then
+    run_step ppo_quadruped $((BUDGET + 60)) legged "$BUDGET"
+else
+    printf 'ppo_quadruped\tskipped (no time left: raise TOTAL_S)\t0\t%s\n' "$LEGGED_S" >>"$SUMMARY"
+fi
+
 # The summary: every step's status, then the results side by side.
 "$PY" - "$RESULTS" "$TRAIN_S" <<'EOF' || echo "the summary failed; the step logs are in $RESULTS"
 import csv, json, pathlib, sys
@@ -228,6 +260,14 @@ for run in ("ppo_ant", "pql_ant", "ppo_ant_torchrun"):
 if "ppo_ant" in walls and "ppo_ant_torchrun" in walls:
     lines += ["", f"torchrun (1 process) against the plain run, wall-clock per env step: "
               f"{walls['ppo_ant_torchrun'] / walls['ppo_ant']:.3f}x (1.000 = no overhead)."]
+path = results / "ppo_quadruped" / "summary.json"
+if path.exists():
+    s = json.loads(path.read_text())
+    final = s.get("final_eval") or {}
+    lines += ["", "## QuadrupedVelocity-Flat-v0 (goal: planar tracking error under 0.2 m/s within 5 minutes)", "",
+              f"{s['env_steps']:,} env steps in {s['wall_time_s']:.0f} s; final evaluation: tracking error "
+              f"{final.get('tracking_error_lin', float('nan')):.3f} m/s, yaw-rate error "
+              f"{final.get('tracking_error_yaw', float('nan')):.3f} rad/s, falls {final.get('fell', float('nan')):.0%}."]
 (results / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

@@ -149,19 +149,6 @@ def evaluate_mujoco(policy_for: PolicyFor, env_id: str, episodes: int, seed: int
     return returns.tolist()
 
 
-class SimulatedClock:
-    """A clock that moves only when the loop sleeps: the control loop runs as fast as the simulation."""
-
-    def __init__(self):
-        self.now = 0.0
-
-    def __call__(self) -> float:
-        return self.now
-
-    def sleep(self, seconds: float) -> None:
-        self.now += seconds
-
-
 def evaluate_pybullet(policy_for: PolicyFor, task: str, episodes: int, seed: int, **robot_kwargs) -> dict:
     """The policy run by ``ControlLoop`` against ``PyBulletRobot`` for ``episodes`` episodes."""
     from rl_suite.deploy import ControlLoop
@@ -172,7 +159,7 @@ def evaluate_pybullet(policy_for: PolicyFor, task: str, episodes: int, seed: int
     returns, lengths, faults, seconds = [], [], 0, 0.0
     for episode in range(episodes):
         robot.reset(seed + episode)
-        clock = SimulatedClock()
+        clock = common.SimulatedClock()
         loop = ControlLoop(
             policy,
             robot,

@@ -1,0 +1,204 @@
+"""PPO learning to follow velocity commands on the quadruped, on this machine's CPU, against what standing and random
+play score on the same evaluation.
+
+Each seed (``--seeds``, default 0 1 2) trains ``rl-suite train ppo QuadrupedVelocity-Flat-v0`` with its shipped
+settings (``agents/hyperparams/ppo.yaml``) for ``--minutes`` of wall-clock (evaluations included), one run after
+another with the whole machine. Every evaluation (32 episodes of 20 s, commands drawn from the training ranges)
+reports the task's metrics: the RMS planar tracking error over commands of at most 1 m/s (m/s), the RMS yaw-rate
+error and the fall rate.
+
+The goal, from the issue: RMS planar tracking error at most 0.25 m/s with at most 5% falls within 60 minutes, on the
+mean over seeds. Two policies that learned nothing, on the same evaluation: standing (zero action: the default pose
+held by PD, which tracks a command no better than its own speed) and random (actions N(0, 1), an untrained Gaussian
+policy's).
+
+    python benchmarks/legged_training.py [--minutes 60] [--seeds 0 1 2] [--results-dir benchmarks/results]
+
+Writes into ``--results-dir``: ``legged_training.md`` (final metrics as mean ± std over seeds, the best seed, the
+time each seed first met the goal, the baselines, the goal's verdict), ``legged_training.csv`` (every evaluation of
+every seed: wall-clock, env steps, metrics), ``legged_training.png`` (tracking error against wall-clock) and each
+seed's final policy, exported with its robot entry, as ``legged_policies/quadruped_flat_seed<k>.onnx`` (what
+``benchmarks/legged_sim2sim.py`` deploys).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import sys
+
+import common
+import numpy as np
+import torch
+
+ENV_ID = "QuadrupedVelocity-Flat-v0"
+EVAL_EPISODES = 32
+GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.25, 0.05, 60.0
+METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
+
+
+class FixedPolicy:
+    """Answers the runner's evaluation with zero actions (standing) or N(0, 1) actions (random)."""
+
+    def __init__(self, env, kind: str, seed: int):
+        self.env, self.kind = env, kind
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def act(self, obs, deterministic: bool = True):
+        shape = (self.env.num_envs, *self.env.action_space.shape)
+        if self.kind == "standing":
+            return torch.zeros(shape), {}
+        return torch.randn(shape, generator=self.generator), {}
+
+
+def baseline(kind: str, seed: int) -> dict:
+    import rl_suite
+    from rl_suite.runner import evaluate
+
+    eval_seed = seed + common.EVAL_SEED_OFFSET
+    env = rl_suite.make(ENV_ID, num_envs=EVAL_EPISODES, seed=eval_seed)
+    return evaluate(FixedPolicy(env, kind, seed), env, seed=eval_seed)
+
+
+def first_goal_minutes(evaluations: list[dict]) -> float | None:
+    for row in evaluations:
+        if row["tracking_error_lin"] <= GOAL_ERROR and row["fell"] <= GOAL_FALLS:
+            return row["wall_time_s"] / 60
+    return None
+
+
+def machine() -> str:
+    return f"{common.cpu_name()}; torch {torch.__version__} ({torch.get_num_threads()} threads)"
+
+
+def lower_is_better(by_seed: dict[int, float]) -> common.OverSeeds:
+    """``common.over_seeds`` for a quantity where lower is better: the best seed is the lowest."""
+    flipped = common.over_seeds({seed: -value for seed, value in by_seed.items()})
+    return common.OverSeeds(-flipped.mean, flipped.std, -flipped.best, flipped.best_seed, flipped.n)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
+    parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
+    common.add_seed_arguments(parser)
+    args = parser.parse_args()
+    common.check_seed_arguments(parser, args)
+    print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
+
+    runs = {}
+    for seed in args.seeds:
+        summary, _, agent = common.timed_run(
+            "ppo",
+            ENV_ID,
+            seed,
+            args.minutes * 60,
+            {},
+            eval_every_steps=args.eval_every_steps,
+            eval_episodes=EVAL_EPISODES,
+        )
+        runs[seed] = summary
+        export(agent, seed, args.results_dir)
+        final = summary["final_eval"]
+        print(
+            f"seed {seed}: {summary['env_steps']:,} env steps; tracking error {final['tracking_error_lin']:.3f} m/s, "
+            f"yaw {final['tracking_error_yaw']:.3f} rad/s, falls {final['fell']:.0%}",
+            flush=True,
+        )
+    baselines = {kind: baseline(kind, args.seeds[0]) for kind in ("standing", "random")}
+    write(runs, baselines, args)
+
+
+def export(agent, seed: int, folder) -> None:
+    """The seed's final policy as ONNX, with the robot entry (what ``rl-suite export`` writes from a run)."""
+    import rl_suite
+    from rl_suite.deploy.export import export_policy
+
+    with rl_suite.make(ENV_ID) as env:
+        robot, dt = env.robot_metadata(), env.dt
+    path = folder / "legged_policies" / f"quadruped_flat_seed{seed}.onnx"
+    export_policy(agent, path, "onnx", env_id=ENV_ID, dt=dt, robot=robot)
+
+
+def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
+    folder = args.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {"seed": seed, "env_steps": row["env_steps"], "wall_time_s": row["wall_time_s"], **{m: row[m] for m in METRICS}}
+        for seed, summary in runs.items()
+        for row in summary["evaluations"]
+    ]
+    with open(folder / "legged_training.csv", "w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+        writer.writeheader()
+        writer.writerows(rows)
+
+    finals = {m: lower_is_better({s: runs[s]["final_eval"][m] for s in runs}) for m in METRICS}
+    fmt = "{:.3f}"
+    met = finals["tracking_error_lin"].mean <= GOAL_ERROR and finals["fell"].mean <= GOAL_FALLS
+    within = args.minutes <= GOAL_MINUTES
+    reached = {seed: first_goal_minutes(summary["evaluations"]) for seed, summary in runs.items()}
+    lines = [
+        "# PPO on QuadrupedVelocity-Flat-v0: velocity tracking on this CPU",
+        "",
+        f"Machine: {machine()}. Run: `python benchmarks/legged_training.py --minutes {args.minutes:g}` on "
+        f"{datetime.date.today()}, one run at a time with the whole machine; shipped settings "
+        "(`agents/hyperparams/ppo.yaml`); evaluation: 32 episodes of 20 s, commands from the training ranges.",
+        "",
+        common.seeds_line(list(runs)),
+        "",
+        "| | tracking error (m/s) | yaw-rate error (rad/s) | falls | env steps |",
+        "|---|---:|---:|---:|---:|",
+        "| PPO, final (mean ± std) | "
+        + " | ".join(common.mean_std(finals[m], fmt) for m in METRICS)
+        + f" | {np.mean([r['env_steps'] for r in runs.values()]):,.0f} |",
+        "| PPO, best (seed k) | " + " | ".join(common.best_of(finals[m], fmt) for m in METRICS) + " | |",
+    ]
+    for kind, result in baselines.items():
+        label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
+        lines.append(f"| {label} | " + " | ".join(fmt.format(result[m]) for m in METRICS) + " | |")
+    goal = "met" if met and within else "**missed**"
+    times = ", ".join(
+        f"seed {seed}: {'not reached' if minutes is None else f'{minutes:.0f} min'}"
+        for seed, minutes in reached.items()
+    )
+    lines += [
+        "",
+        f"Goal (tracking error ≤ {GOAL_ERROR} m/s and falls ≤ {GOAL_FALLS:.0%} on the mean over seeds, within "
+        f"{GOAL_MINUTES:.0f} minutes): {goal}. First evaluation meeting it: {times}.",
+        "",
+        "![tracking error against wall-clock](legged_training.png)",
+    ]
+    (folder / "legged_training.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for seed, summary in runs.items():
+        evaluations = summary["evaluations"]
+        axis.plot(
+            [r["wall_time_s"] / 60 for r in evaluations],
+            [r["tracking_error_lin"] for r in evaluations],
+            label=f"seed {seed}",
+        )
+    axis.axhline(baselines["standing"]["tracking_error_lin"], color="grey", linestyle=":", label="standing")
+    axis.axhline(GOAL_ERROR, color="black", linestyle="--", label="goal")
+    axis.set(xlabel="wall-clock (min)", ylabel="RMS planar tracking error (m/s)", title=ENV_ID)
+    axis.set_ylim(0, max(1.0, baselines["standing"]["tracking_error_lin"] * 1.1))
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(folder / "legged_training.png", dpi=120)
+    if not math.isfinite(finals["tracking_error_lin"].mean):
+        print("note: a final tracking error is NaN (no evaluation step counted)", file=sys.stderr)
+
+
+if __name__ == "__main__":
+    main()
