@@ -535,23 +535,29 @@ class LeggedVelocityEnv(VecEnv):
         self._step_state = state
         return self._reward, self._terminated
 
-    def _read_state(self) -> dict[str, torch.Tensor]:
-        """The quantities the task reads, as float32 on ``device``."""
+    def _read_state(self, env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+        """The quantities the task reads, as float32 on ``device``: of every environment, or of ``env_ids``."""
         physics, dev = self.physics, self.device
-        qpos = physics.qpos.to(dev, torch.float32)
-        qvel = physics.qvel.to(dev, torch.float32)
+        sim_ids = None if env_ids is None else env_ids.to(physics.device)
+
+        def rows(field: torch.Tensor) -> torch.Tensor:
+            return field if sim_ids is None else field.index_select(0, sim_ids)
+
+        qpos = rows(physics.qpos).to(dev, torch.float32)
+        qvel = rows(physics.qvel).to(dev, torch.float32)
         quat = qpos[:, 3:7]
         quat = quat / quat.norm(dim=1, keepdim=True)
-        forces = physics.derived["cfrc_ext"].index_select(1, self._contact_bodies)[..., 3:].to(dev, torch.float32)
+        forces = rows(physics.derived["cfrc_ext"]).index_select(1, self._contact_bodies)[..., 3:].to(dev, torch.float32)
+        gravity = self._gravity if sim_ids is None else self._gravity[: len(sim_ids)]
         return {
             "height": qpos[:, 2],
             "yaw": yaw_of(quat),
             "lin_vel": quat_rotate_inverse(quat, qvel[:, :3]),
             "ang_vel": qvel[:, 3:6],  # a free joint's angular velocity is in the body frame
-            "gravity": quat_rotate_inverse(quat, self._gravity),
+            "gravity": quat_rotate_inverse(quat, gravity),
             "joint_pos": qpos.index_select(1, self._qpos_ids.to(dev)) - self._default_pos,
             "joint_vel": qvel.index_select(1, self._dof_ids.to(dev)),
-            "torques": physics.derived["actuator_force"].to(dev, torch.float32),
+            "torques": rows(physics.derived["actuator_force"]).to(dev, torch.float32),
             "forces": forces,  # [N, feet + termination + penalised bodies, 3], world frame
         }
 
@@ -568,24 +574,31 @@ class LeggedVelocityEnv(VecEnv):
         start = len(self._feet) + len(self._termination)
         return slice(start, start + len(self._penalized))
 
-    def _observations(self, state: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        """``(policy observation with noise, critic observation)`` of every environment."""
+    def _observations(
+        self, state: dict[str, torch.Tensor], env_ids: torch.Tensor | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """``(policy observation with noise, critic observation)`` of every environment, or of ``env_ids`` (``state``
+        then being ``_read_state(env_ids)``)."""
+
+        def rows(task_state: torch.Tensor) -> torch.Tensor:
+            return task_state if env_ids is None else task_state.index_select(0, env_ids)
+
         clean = torch.cat(
             [
                 state["ang_vel"],
                 state["gravity"],
-                self._commands,
+                rows(self._commands),
                 state["joint_pos"],
                 state["joint_vel"],
-                self._last_actions,
+                rows(self._last_actions),
             ],
             dim=1,
         ).mul_(self._obs_scale)
         contact = (state["forces"][:, self._feet_rows, 2] > 1.0).float()
         critic = torch.cat(
-            [clean, state["lin_vel"] * _LIN_VEL_SCALE, state["height"][:, None], contact, self._params], dim=1
+            [clean, state["lin_vel"] * _LIN_VEL_SCALE, state["height"][:, None], contact, rows(self._params)], dim=1
         )
-        return (clean + self._noise if self._noisy else clean), critic
+        return (clean + rows(self._noise) if self._noisy else clean), critic
 
     def _observe_final(self) -> None:
         obs, critic = self._observations(self._step_state)
@@ -598,13 +611,13 @@ class LeggedVelocityEnv(VecEnv):
             self._critic_obs.copy_(self._final_critic_obs)
             if not env_ids.numel():
                 return
-        obs, critic = self._observations(self._read_state())
+        obs, critic = self._observations(self._read_state(env_ids), env_ids)  # the reset rows only, by index
         if env_ids is None:
             self._obs.copy_(obs)
             self._critic_obs.copy_(critic)
         else:
-            self._obs.index_copy_(0, env_ids, obs.index_select(0, env_ids))
-            self._critic_obs.index_copy_(0, env_ids, critic.index_select(0, env_ids))
+            self._obs.index_copy_(0, env_ids, obs)
+            self._critic_obs.index_copy_(0, env_ids, critic)
 
     def _close_episodes(self, done: torch.Tensor) -> None:
         super()._close_episodes(done)
