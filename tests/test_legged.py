@@ -552,3 +552,13 @@ def test_the_task_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
 
 
 LEGGED_WARP_TOLERANCE = {"obs": 3e-5, "critic_obs": 3e-5, "reward": 5e-7}
+
+
+def test_play_without_a_file_says_that_no_policy_is_shipped_yet(capsys):
+    from rl_suite.cli import main
+    from rl_suite.envs.robots.deploy import SHIPPED_POLICIES
+
+    if (SHIPPED_POLICIES / "quadruped_flat.onnx").is_file():
+        pytest.skip("a policy is shipped")
+    assert main(["play", "--no-viewer"]) == 2
+    assert "no trained policy is shipped yet" in capsys.readouterr().err

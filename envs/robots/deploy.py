@@ -146,6 +146,11 @@ def play(
     from rl_suite.deploy.runtime import load_policy
 
     path = Path(policy_path) if policy_path is not None else SHIPPED_POLICIES / "quadruped_flat.onnx"
+    if policy_path is None and not path.is_file():
+        raise ValueError(
+            f"no trained policy is shipped yet ({path} does not exist): give an exported file, rl-suite play FILE "
+            "(from rl-suite export RUN_DIR of a legged task)"
+        )
     policy = load_policy(path, robot=True)
     robot = MujocoRobot(policy.robot, command=command)
     steps = max(1, round(seconds * float(policy.robot["control_hz"])))
