@@ -14,8 +14,9 @@ geoms (a floor) are replaced by one position actuator per joint (PD with the con
 which MuJoCo evaluates at every physics step) and the task's ground. ``bind`` checks the config against the model
 and returns the indices a task reads (``BoundRobot``); every mismatch is an error that names it.
 
-A config read from a file (a run directory's env_kwargs) is plain data: a built-in robot's name or a dict of the
-fields below, turned into a ``RobotConfig`` by ``robot_config``. No field names code to import.
+Where a config is data (a registration's ``robot=``: a built-in robot's name, or a dict of the fields below), it is
+plain: ``robot_config`` turns it into a ``RobotConfig``, and no field names code to import. The registered ids fix
+their robot, so a run directory's env_kwargs cannot swap it.
 """
 
 from __future__ import annotations
