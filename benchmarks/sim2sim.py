@@ -184,14 +184,8 @@ def machine() -> str:
     import onnxruntime
     import pybullet  # noqa: F401
 
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
     return (
-        f"{platform.platform()}, {cpu}, {os.cpu_count()} logical cores (OMP_NUM_THREADS="
+        f"{platform.platform()}, {common.cpu_name()} (logical; OMP_NUM_THREADS="
         f"{os.environ.get('OMP_NUM_THREADS')}); torch {torch.__version__}, onnxruntime {onnxruntime.__version__}, "
         f"Python {platform.python_version()}"
     )

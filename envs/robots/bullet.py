@@ -38,7 +38,7 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     raise ImportError("BulletRobot needs pybullet: pip install 'rl-suite[bullet]'") from None
 
 from rl_suite.envs.robots.config import bind, build_model
-from rl_suite.envs.robots.deploy import _TERMS, config_from_entry
+from rl_suite.envs.robots.deploy import EntryRobot
 
 
 def _numbers(values) -> str:
@@ -126,7 +126,7 @@ def _geom(model: mujoco.MjModel, geom: int, parent: ElementTree.Element) -> None
         raise ValueError(f"BulletRobot maps spheres, capsules and boxes; geom {name!r} is another type ({kind})")
 
 
-class BulletRobot:
+class BulletRobot(EntryRobot):
     """One legged robot in a PyBullet DIRECT client, driven from an exported policy's robot entry (see the module
     docstring). ``substeps``: PyBullet steps per physics step of the entry's ``physics_dt``."""
 
@@ -138,21 +138,13 @@ class BulletRobot:
         max_roll_pitch: float = 1.0,
         min_height: float = 0.1,
     ):
-        unknown = [term["name"] for term in entry["observation"] if term["name"] not in _TERMS]
-        if unknown:
-            raise ValueError(f"the robot entry's observation has terms {unknown} that BulletRobot cannot build")
-        self.entry, self.config = entry, config_from_entry(entry)
+        self._setup(entry, command, max_roll_pitch, min_height)
         self.model = model = build_model(self.config, float(entry["physics_dt"]))
         self.bound = bind(self.config, model)
         self.steps = int(entry["decimation"]) * int(substeps)
-        self.default = np.asarray(entry["default_joint_pos"], dtype=np.float64)
-        self.action_scale = np.asarray(entry["action_scale"], dtype=np.float64)
         self.kp, self.kd = (np.asarray(entry[key], dtype=np.float64) for key in ("kp", "kd"))
         self.torque_limit = np.asarray(entry["torque_limit"], dtype=np.float64)
         self.damping = model.dof_damping[self.bound.joint_dof].copy()
-        self.max_roll_pitch, self.min_height = max_roll_pitch, min_height
-        self.command = np.zeros(3)
-        self.set_command(*command)
 
         self.client = c = pybullet.connect(pybullet.DIRECT)
         pybullet.setGravity(*model.opt.gravity, physicsClientId=c)
@@ -217,9 +209,6 @@ class BulletRobot:
                 physicsClientId=c,
             )
 
-    def set_command(self, lin_vel_x: float, lin_vel_y: float, ang_vel_yaw: float) -> None:
-        self.command[:] = (lin_vel_x, lin_vel_y, ang_vel_yaw)
-
     def reset(self) -> None:
         """The task's reset without noise: the base at its initial height, the joints at the default pose."""
         c = self.client
@@ -248,20 +237,6 @@ class BulletRobot:
         height = float(com[2] - offset[2])
         return rotation.T @ origin_velocity, rotation.T @ ang, rotation.T @ np.array([0.0, 0.0, -1.0]), height
 
-    def read_observation(self) -> np.ndarray:
-        q, qd = self._joints()
-        _, ang_vel, gravity, _ = self._base()
-        raw = {
-            "base_ang_vel": ang_vel,
-            "projected_gravity": gravity,
-            "command": self.command,
-            "joint_pos": q - self.default,
-            "joint_vel": qd,
-            "last_action": self.last_action,
-        }
-        parts = [np.asarray(raw[term["name"]]) * np.asarray(term["scale"]) for term in self.entry["observation"]]
-        return np.concatenate(parts).astype(np.float32)
-
     def apply_action(self, offsets) -> None:
         offsets = np.asarray(offsets, dtype=np.float64)
         target, c = self.default + offsets, self.client
@@ -273,21 +248,7 @@ class BulletRobot:
                 self.body, self.joints, pybullet.TORQUE_CONTROL, forces=torque.tolist(), physicsClientId=c
             )
             pybullet.stepSimulation(physicsClientId=c)
-        scale = np.where(self.action_scale != 0, self.action_scale, 1.0)
-        self.last_action = offsets / scale
-
-    def planar_velocity(self) -> np.ndarray:
-        lin_vel, ang_vel, _, _ = self._base()
-        return np.array([lin_vel[0], lin_vel[1], ang_vel[2]])
-
-    def height(self) -> float:
-        return self._base()[3]
-
-    def fallen(self) -> bool:
-        _, _, gravity, height = self._base()
-        roll = np.arctan2(abs(gravity[1]), -gravity[2])
-        pitch = np.arcsin(min(abs(gravity[0]), 1.0))
-        return bool(max(roll, pitch) > self.max_roll_pitch or height < self.min_height)
+        self._record_action(offsets)
 
     def close(self) -> None:
         if self.client is not None and pybullet.isConnected(self.client):

@@ -44,30 +44,76 @@ def config_from_entry(entry: dict) -> RobotConfig:
     )
 
 
-class MujocoRobot:
+class EntryRobot:
+    """What a simulated robot driven from a robot entry shares, whatever simulates it: the command, the observation
+    built from the entry's terms, the last action, and the fall check. A simulator's robot sets ``entry``,
+    ``default`` and ``action_scale`` (``_setup``) and provides ``_joints()`` (positions and velocities, in action
+    order), ``_base()`` (base linear and angular velocity and gravity direction, in the base's frame, and the base's
+    height), ``apply_action`` and ``reset``."""
+
+    def _setup(self, entry: dict, command, max_roll_pitch: float, min_height: float) -> None:
+        unknown = [term["name"] for term in entry["observation"] if term["name"] not in _TERMS]
+        if unknown:
+            raise ValueError(
+                f"the robot entry's observation has terms {unknown} that {type(self).__name__} cannot build"
+            )
+        self.entry, self.config = entry, config_from_entry(entry)
+        self.default = np.asarray(entry["default_joint_pos"], dtype=np.float64)
+        self.action_scale = np.asarray(entry["action_scale"], dtype=np.float64)
+        self.max_roll_pitch, self.min_height = max_roll_pitch, min_height
+        self.command = np.zeros(3)
+        self.set_command(*command)
+
+    def set_command(self, lin_vel_x: float, lin_vel_y: float, ang_vel_yaw: float) -> None:
+        self.command[:] = (lin_vel_x, lin_vel_y, ang_vel_yaw)
+
+    def read_observation(self) -> np.ndarray:
+        q, qd = self._joints()
+        _, ang_vel, gravity, _ = self._base()
+        raw = {
+            "base_ang_vel": ang_vel,
+            "projected_gravity": gravity,
+            "command": self.command,
+            "joint_pos": q - self.default,
+            "joint_vel": qd,
+            "last_action": self.last_action,
+        }
+        parts = [np.asarray(raw[term["name"]]) * np.asarray(term["scale"]) for term in self.entry["observation"]]
+        return np.concatenate(parts).astype(np.float32)
+
+    def _record_action(self, offsets: np.ndarray) -> None:
+        """The last action, as the task observes it: the offsets divided by the action scale."""
+        self.last_action = offsets / np.where(self.action_scale != 0, self.action_scale, 1.0)
+
+    def planar_velocity(self) -> np.ndarray:
+        """The base's (v_x, v_y) in its own frame, and its yaw rate."""
+        lin_vel, ang_vel, _, _ = self._base()
+        return np.array([lin_vel[0], lin_vel[1], ang_vel[2]])
+
+    def height(self) -> float:
+        return self._base()[3]
+
+    def fallen(self) -> bool:
+        """Roll or pitch beyond ``max_roll_pitch``, or the base below ``min_height``."""
+        _, _, gravity, height = self._base()
+        roll = np.arctan2(abs(gravity[1]), -gravity[2])
+        pitch = np.arcsin(min(abs(gravity[0]), 1.0))
+        return bool(max(roll, pitch) > self.max_roll_pitch or height < self.min_height)
+
+
+class MujocoRobot(EntryRobot):
     """One simulated legged robot, driven from an exported policy's robot entry (see the module docstring)."""
 
     def __init__(self, entry: dict, command=(0.0, 0.0, 0.0), max_roll_pitch: float = 1.0, min_height: float = 0.1):
         import mujoco
 
         self._mujoco = mujoco
-        unknown = [term["name"] for term in entry["observation"] if term["name"] not in _TERMS]
-        if unknown:
-            raise ValueError(f"the robot entry's observation has terms {unknown} that MujocoRobot cannot build")
-        self.entry, self.config = entry, config_from_entry(entry)
+        self._setup(entry, command, max_roll_pitch, min_height)
         self.model = build_model(self.config, float(entry["physics_dt"]))
         self.bound = bind(self.config, self.model)
         self.data = mujoco.MjData(self.model)
         self.decimation = int(entry["decimation"])
-        self.default = np.asarray(entry["default_joint_pos"], dtype=np.float64)
-        self.action_scale = np.asarray(entry["action_scale"], dtype=np.float64)
-        self.max_roll_pitch, self.min_height = max_roll_pitch, min_height
-        self.command = np.zeros(3)
-        self.set_command(*command)
         self.reset()
-
-    def set_command(self, lin_vel_x: float, lin_vel_y: float, ang_vel_yaw: float) -> None:
-        self.command[:] = (lin_vel_x, lin_vel_y, ang_vel_yaw)
 
     def reset(self) -> None:
         """The task's reset without noise: the base at its initial height, the joints at the default pose."""
@@ -79,47 +125,23 @@ class MujocoRobot:
         mujoco.mj_forward(self.model, data)
         self.last_action = np.zeros(len(self.default))
 
-    def _base(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """(linear velocity, angular velocity, gravity direction), all in the base's frame."""
+    def _joints(self) -> tuple[np.ndarray, np.ndarray]:
+        return self.data.qpos[self.bound.joint_qpos], self.data.qvel[self.bound.joint_dof]
+
+    def _base(self) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
         mujoco, data = self._mujoco, self.data
         quat = data.qpos[3:7] / np.linalg.norm(data.qpos[3:7])
         inverse = quat * np.array([1.0, -1.0, -1.0, -1.0])
         lin_vel, gravity = np.zeros(3), np.zeros(3)
         mujoco.mju_rotVecQuat(lin_vel, data.qvel[:3], inverse)
         mujoco.mju_rotVecQuat(gravity, np.array([0.0, 0.0, -1.0]), inverse)
-        return lin_vel, data.qvel[3:6].copy(), gravity
-
-    def read_observation(self) -> np.ndarray:
-        data = self.data
-        _, ang_vel, gravity = self._base()
-        raw = {
-            "base_ang_vel": ang_vel,
-            "projected_gravity": gravity,
-            "command": self.command,
-            "joint_pos": data.qpos[self.bound.joint_qpos] - self.default,
-            "joint_vel": data.qvel[self.bound.joint_dof],
-            "last_action": self.last_action,
-        }
-        parts = [np.asarray(raw[term["name"]]) * np.asarray(term["scale"]) for term in self.entry["observation"]]
-        return np.concatenate(parts).astype(np.float32)
+        return lin_vel, data.qvel[3:6].copy(), gravity, float(data.qpos[2])
 
     def apply_action(self, offsets) -> None:
         offsets = np.asarray(offsets, dtype=np.float64)
         self.data.ctrl[:] = self.default + offsets
         self._mujoco.mj_step(self.model, self.data, self.decimation)
-        scale = np.where(self.action_scale != 0, self.action_scale, 1.0)
-        self.last_action = offsets / scale
-
-    def planar_velocity(self) -> np.ndarray:
-        """The base's (v_x, v_y) in its own frame, and its yaw rate."""
-        lin_vel, ang_vel, _ = self._base()
-        return np.array([lin_vel[0], lin_vel[1], ang_vel[2]])
-
-    def fallen(self) -> bool:
-        _, _, gravity = self._base()
-        roll = np.arctan2(abs(gravity[1]), -gravity[2])
-        pitch = np.arcsin(min(abs(gravity[0]), 1.0))
-        return bool(max(roll, pitch) > self.max_roll_pitch or self.data.qpos[2] < self.min_height)
+        self._record_action(offsets)
 
 
 SHIPPED_POLICIES = Path(__file__).parent / "policies"

@@ -402,6 +402,7 @@ class LeggedVelocityEnv(VecEnv):
         self._noise_half_width = (torch.cat(noise_rows).to(dev) * s.obs_noise_level) * self._obs_scale
         self._noisy = bool(s.obs_noise_level) and bool(self._noise_half_width.any())
         self._gravity = torch.tensor([[0.0, 0.0, -1.0]], **f32).expand(n, 3)
+        self._every_env = torch.ones(n, dtype=torch.bool, device=dev)  # the noise's draw mask, every step
         self._resample_steps = max(1, round(s.resampling_time_s / self.dt))
         self._push_steps = max(1, round(s.push_interval_s / self.dt))
 
@@ -528,9 +529,7 @@ class LeggedVelocityEnv(VecEnv):
         resample = torch.remainder(step_number, self._resample_steps) == 0
         self._draw_commands(Selection(mask=resample))
         if self._noisy:
-            noise = self.rng.uniform(
-                -1.0, 1.0, self._noise.shape[1], mask=torch.ones_like(resample), dtype=torch.float32
-            )
+            noise = self.rng.uniform(-1.0, 1.0, self._noise.shape[1], mask=self._every_env, dtype=torch.float32)
             self._noise.copy_(noise * self._noise_half_width)
         self._step_state = state
         return self._reward, self._terminated
