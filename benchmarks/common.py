@@ -83,6 +83,84 @@ def wall_clock_estimate(runs: int, minutes_per_run: float, parts: str, extra: st
     return line + (f", plus {extra}" if extra else "") + "."
 
 
+# -- runs kept on disk --------------------------------------------------------------------------------------------
+
+
+class FinishedRuns:
+    """Each finished run's result, kept as one JSON file in ``<--runs-dir>/<name>/`` (default ``benchmarks/runs/``,
+    which git ignores).
+
+    A suite that crashes, or is stopped, loses no finished run: started again with the same arguments, it reads the
+    runs it has and starts only the missing ones, so a suite longer than one sitting can also be run in parts. A
+    stored run is reused only if it was made by the same job (every argument that shapes it: task, algorithm, seed,
+    budget, overrides); each result also records the commit it ran at, which the results list. ``--fresh`` on the
+    command line ignores what is stored.
+    """
+
+    def __init__(self, args: argparse.Namespace, name: str):
+        self.directory = args.runs_dir / name
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.fresh = args.fresh
+
+    def _path(self, job: dict) -> pathlib.Path:
+        import hashlib
+        import json
+
+        digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
+        readable = "-".join(str(job[k]) for k in ("task", "lib", "label", "algo", "seed") if k in job)
+        return self.directory / f"{readable.replace(' ', '_').replace(',', '')}-{digest}.json"
+
+    def get(self, job: dict) -> dict | None:
+        import json
+
+        path = self._path(job)
+        if self.fresh or not path.exists():
+            return None
+        stored = json.loads(path.read_text())
+        return {**stored["result"], "commit": stored["commit"]} if stored.get("job") == job else None
+
+    def put(self, job: dict, result: dict) -> None:
+        import json
+        import os
+
+        path = self._path(job)
+        temporary = path.with_suffix(".tmp")
+        temporary.write_text(json.dumps({"job": job, "commit": git_commit(), "result": result}))
+        os.replace(temporary, path)
+
+
+def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--runs-dir`` (where finished runs are kept, default benchmarks/runs) and ``--fresh`` (ignore them)."""
+    parser.add_argument(
+        "--runs-dir",
+        type=pathlib.Path,
+        default=pathlib.Path(__file__).resolve().parent / "runs",
+        help="where each finished run is kept, so that a stopped suite resumes (default: benchmarks/runs)",
+    )
+    parser.add_argument("--fresh", action="store_true", help="rerun every run, ignoring the finished runs kept")
+
+
+def commits_line(rows: list[dict]) -> str:
+    """Which commits the runs ran at (a suite resumed across commits mixes them, and says so)."""
+    commits = list(dict.fromkeys(row.get("commit", "unknown") for row in rows))
+    return f"Code: commit {commits[0]}." if len(commits) == 1 else f"Code: runs from commits {', '.join(commits)}."
+
+
+def git_commit() -> str:
+    """The working tree's commit (short hash, ``+`` when it has uncommitted changes), or ``unknown``."""
+    import subprocess
+
+    root = pathlib.Path(__file__).resolve().parent.parent
+    try:
+        commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,
+                                timeout=10, check=True).stdout.strip()  # fmt: skip
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=10).stdout.strip()  # fmt: skip
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return commit + ("+" if dirty else "")
+
+
 # -- the machine and the clock ---------------------------------------------------------------------------------------
 
 

@@ -203,22 +203,32 @@ def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
 
 
 def run_all(args) -> list[dict]:
-    """Every (task, algorithm, seed), one round at a time; a round runs every library at once, each on its own core."""
+    """Every (task, algorithm, seed), one round at a time; a round runs every library at once, each on its own core.
+
+    Finished runs are kept (``common.FinishedRuns``): started again with the same arguments, the suite runs only the
+    rounds it lacks."""
+    finished = common.FinishedRuns(args, f"mujoco_suite{args.suffix}")
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
         for task in args.tasks:
             for algo in args.algos:
                 for seed in args.seeds:
-                    outs = [pathlib.Path(scratch) / f"{lib}-{algo}-{task}-{seed}.json" for lib in args.libs]
-                    processes = [
-                        launch(lib, algo, task, seed, args.minutes, core, out)
-                        for core, (lib, out) in enumerate(zip(args.libs, outs, strict=True))
-                    ]
-                    for process in processes:
-                        if process.wait() != 0:
-                            raise SystemExit(f"a {algo} run on {task} failed (exit {process.returncode})")
-                    for out in outs:
-                        rows.append(json.loads(out.read_text()))
+                    jobs = [dict(lib=lib, algo=algo, task=task, seed=seed, minutes=args.minutes) for lib in args.libs]
+                    if all(finished.get(job) is not None for job in jobs):
+                        print(f"{task} {algo} seed {seed}: kept from an earlier invocation", flush=True)
+                    else:
+                        outs = [pathlib.Path(scratch) / f"{lib}-{algo}-{task}-{seed}.json" for lib in args.libs]
+                        processes = [
+                            launch(lib, algo, task, seed, args.minutes, core, out)
+                            for core, (lib, out) in enumerate(zip(args.libs, outs, strict=True))
+                        ]
+                        for process in processes:
+                            if process.wait() != 0:
+                                raise SystemExit(f"a {algo} run on {task} failed (exit {process.returncode})")
+                        for job, out in zip(jobs, outs, strict=True):
+                            finished.put(job, json.loads(out.read_text()))
+                    for job in jobs:
+                        rows.append(finished.get(job))
                         run = rows[-1]
                         print(
                             f"{run['task']} {run['lib']} {run['algo']} seed {run['seed']}: final return "
@@ -282,7 +292,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         f"Machine: {machine()}. Each run is pinned to one core with one torch thread; the two libraries run the",
         f"same algorithm and seed side by side. Budget: {args.minutes:g} minutes of wall-clock per run, evaluations",
         f"included; final return: mean over {EVAL_EPISODES} deterministic episodes. Curves:",
-        f"mujoco_suite_curves{suffix}.csv and mujoco_suite_<task>{suffix}.png.",
+        f"mujoco_suite_curves{suffix}.csv and mujoco_suite_<task>{suffix}.png. {common.commits_line(rows)}",
         "",
         common.seeds_line(args.seeds),
         "",
@@ -326,6 +336,7 @@ def main() -> None:
     parser.add_argument("--algos", nargs="+", default=["ppo", "sac"], choices=["ppo", "sac"])
     parser.add_argument("--libs", nargs="+", default=["ours", "sb3"], choices=["ours", "sb3"])
     common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
     parser.add_argument("--minutes", type=float, default=15.0, help="wall-clock budget of each run")
     parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
     parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)

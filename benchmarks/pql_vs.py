@@ -83,23 +83,32 @@ def first_reach(curve: list[dict], target: float) -> float | None:
 
 
 def run_all(args, variants) -> list[dict]:
+    """Every (task, variant, seed), one at a time. Finished runs are kept (``common.FinishedRuns``): started again
+    with the same arguments, the suite runs only the ones it lacks."""
+    finished = common.FinishedRuns(args, f"pql_vs{args.suffix}")
     rows: list[dict] = []
     with tempfile.TemporaryDirectory() as scratch:
         for task in args.tasks:
             for label, algo, overrides in variants:
                 for seed in args.seeds:
-                    out = pathlib.Path(scratch) / "run.json"
                     job = dict(algo=algo, task=task, seed=seed, seconds=args.minutes * 60, overrides=overrides)
                     started = time.perf_counter()
-                    worker = [sys.executable, __file__, "--worker", json.dumps({**job, "out": str(out)})]
-                    subprocess.run(worker, check=True)
-                    row = {**json.loads(out.read_text()), "task": task, "label": label, "algo": algo, "seed": seed}
+                    result = finished.get({**job, "label": label})
+                    how = "kept from an earlier invocation"
+                    if result is None:
+                        out = pathlib.Path(scratch) / "run.json"
+                        worker = [sys.executable, __file__, "--worker", json.dumps({**job, "out": str(out)})]
+                        subprocess.run(worker, check=True)
+                        finished.put({**job, "label": label}, json.loads(out.read_text()))
+                        result = finished.get({**job, "label": label})
+                        how = f"{time.perf_counter() - started:.0f} s"
+                    row = {**result, "task": task, "label": label, "algo": algo, "seed": seed}
                     row["final"] = row["curve"][-1]["mean_return"]
                     row["peak"] = max(p["mean_return"] for p in row["curve"])
                     rows.append(row)
                     print(
                         f"{task} {label} seed {seed}: final return {row['final']:.0f} (peak {row['peak']:.0f}), "
-                        f"{row['env_steps']:,} env steps, {time.perf_counter() - started:.0f} s",
+                        f"{row['env_steps']:,} env steps, {how}",
                         flush=True,
                     )
     return rows
@@ -142,6 +151,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
         f"(agents/hyperparams/*.yaml); budget {args.minutes:g} minutes of wall-clock per run, evaluations included",
         f"({EVAL_EPISODES} deterministic episodes each). Final return: the last evaluation; peak: the highest",
         f"evaluation during training. Curves: pql_vs_curves{suffix}.csv, pql_vs_<task>{suffix}.png.",
+        common.commits_line(rows),
         "",
         common.seeds_line(args.seeds),
         "",
@@ -213,6 +223,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=["HalfCheetah-v5", "Ant-v5"])
     parser.add_argument("--minutes", type=float, default=5.0, help="wall-clock budget of each run")
     common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
     parser.add_argument("--pql-sequential", action="store_true", help="also run PQL with concurrent=False")
     parser.add_argument("--suffix", default="", help="appended to the result files' names (e.g. _smoke)")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON: one run, in this process
