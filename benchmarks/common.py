@@ -94,13 +94,14 @@ class FinishedRuns:
     runs it has and starts only the missing ones, so a suite longer than one sitting can also be run in parts. A
     stored run is reused only if it was made by the same job (every argument that shapes it: task, algorithm, seed,
     budget, overrides); each result also records the commit it ran at, which the results list. ``--fresh`` on the
-    command line ignores what is stored.
+    command line ignores what earlier invocations stored.
     """
 
     def __init__(self, args: argparse.Namespace, name: str):
         self.directory = args.runs_dir / name
         self.directory.mkdir(parents=True, exist_ok=True)
         self.fresh = args.fresh
+        self._written: set[pathlib.Path] = set()  # by this invocation, which --fresh does not ignore
 
     def _path(self, job: dict) -> pathlib.Path:
         import hashlib
@@ -114,7 +115,7 @@ class FinishedRuns:
         import json
 
         path = self._path(job)
-        if self.fresh or not path.exists():
+        if (self.fresh and path not in self._written) or not path.exists():
             return None
         stored = json.loads(path.read_text())
         return {**stored["result"], "commit": stored["commit"]} if stored.get("job") == job else None
@@ -127,6 +128,7 @@ class FinishedRuns:
         temporary = path.with_suffix(".tmp")
         temporary.write_text(json.dumps({"job": job, "commit": git_commit(), "result": result}))
         os.replace(temporary, path)
+        self._written.add(path)
 
 
 def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -217,7 +219,7 @@ def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides:
     run_values, agent_values = split_overrides(run_settings, RunConfig, algo.Config)
     config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
     seed_everything(seed)
-    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed)
+    env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, **config.env_kwargs)
     agent = algo.for_env(env, algo.Config(**agent_values))
     with tempfile.TemporaryDirectory() as run_dir:
         summary = Runner(agent, env, config, run_dir=run_dir).run()

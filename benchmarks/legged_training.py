@@ -53,12 +53,12 @@ class FixedPolicy:
         return torch.randn(shape, generator=self.generator), {}
 
 
-def baseline(kind: str, seed: int) -> dict:
+def baseline(kind: str, seed: int, env_kwargs: dict) -> dict:
     import rl_suite
     from rl_suite.runner import evaluate
 
     eval_seed = seed + common.EVAL_SEED_OFFSET
-    env = rl_suite.make(ENV_ID, num_envs=EVAL_EPISODES, seed=eval_seed)
+    env = rl_suite.make(ENV_ID, num_envs=EVAL_EPISODES, seed=eval_seed, **env_kwargs)
     return evaluate(FixedPolicy(env, kind, seed), env, seed=eval_seed)
 
 
@@ -84,39 +84,46 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
     common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
     args = parser.parse_args()
     common.check_seed_arguments(parser, args)
     print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
 
-    runs = {}
+    finished = common.FinishedRuns(args, "legged_training")
+    runs, env_kwargs = {}, {}
     for seed in args.seeds:
-        summary, _, agent = common.timed_run(
-            "ppo",
-            ENV_ID,
-            seed,
-            args.minutes * 60,
-            {},
-            eval_every_steps=args.eval_every_steps,
-            eval_episodes=EVAL_EPISODES,
-        )
-        runs[seed] = summary
-        export(agent, seed, args.results_dir)
+        job = dict(task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps)
+        if finished.get(job) is None:
+            summary, config, agent = common.timed_run(
+                "ppo",
+                ENV_ID,
+                seed,
+                args.minutes * 60,
+                {},
+                eval_every_steps=args.eval_every_steps,
+                eval_episodes=EVAL_EPISODES,
+            )
+            export(agent, seed, args.results_dir, config.env_kwargs)
+            finished.put(job, {**summary, "env_kwargs": config.env_kwargs})
+        runs[seed] = summary = finished.get(job)
+        env_kwargs = summary["env_kwargs"]
         final = summary["final_eval"]
         print(
             f"seed {seed}: {summary['env_steps']:,} env steps; tracking error {final['tracking_error_lin']:.3f} m/s, "
             f"yaw {final['tracking_error_yaw']:.3f} rad/s, falls {final['fell']:.0%}",
             flush=True,
         )
-    baselines = {kind: baseline(kind, args.seeds[0]) for kind in ("standing", "random")}
+    baselines = {kind: baseline(kind, args.seeds[0], env_kwargs) for kind in ("standing", "random")}
     write(runs, baselines, args)
 
 
-def export(agent, seed: int, folder) -> None:
-    """The seed's final policy as ONNX, with the robot entry (what ``rl-suite export`` writes from a run)."""
+def export(agent, seed: int, folder, env_kwargs: dict) -> None:
+    """The seed's final policy as ONNX, with the robot entry (what ``rl-suite export`` writes from a run) of the
+    task as it trained (``env_kwargs`` from its settings)."""
     import rl_suite
     from rl_suite.deploy.export import export_policy
 
-    with rl_suite.make(ENV_ID) as env:
+    with rl_suite.make(ENV_ID, **env_kwargs) as env:
         robot, dt = env.robot_metadata(), env.dt
     path = folder / "legged_policies" / f"quadruped_flat_seed{seed}.onnx"
     export_policy(agent, path, "onnx", env_id=ENV_ID, dt=dt, robot=robot)
@@ -145,7 +152,8 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         "",
         f"Machine: {machine()}. Run: `python benchmarks/legged_training.py --minutes {args.minutes:g}` on "
         f"{datetime.date.today()}, one run at a time with the whole machine; shipped settings "
-        "(`agents/hyperparams/ppo.yaml`); evaluation: 32 episodes of 20 s, commands from the training ranges.",
+        "(`agents/hyperparams/ppo.yaml`); evaluation: 32 episodes of 20 s, commands from the training ranges. "
+        + common.commits_line(list(runs.values())),
         "",
         common.seeds_line(list(runs)),
         "",

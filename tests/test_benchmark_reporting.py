@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import pathlib
 import re
@@ -87,6 +88,43 @@ def test_too_few_seeds_run_with_a_note_and_the_table_says_so(capsys):
     assert "smoke test" in common.seeds_line([3])
     assert "smoke test" not in common.seeds_line([0, 1, 2])
     assert common.seeds_line([0, 1, 2]).startswith("Seeds: 0, 1, 2 (3 runs per row")
+
+
+def test_a_stopped_suite_resumes_with_the_runs_it_finished_and_reruns_only_the_rest(tmp_path, monkeypatch):
+    parser = argparse.ArgumentParser()
+    common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
+    args = parser.parse_args(["--runs-dir", str(tmp_path), "--seeds", "0", "1"])
+    args.tasks, args.algos, args.libs, args.minutes, args.suffix = ["HalfCheetah-v5"], ["ppo"], ["ours", "sb3"], 15, ""
+    launched = []
+
+    class FakeRun:  # a worker process that writes its result and exits, or fails on seed 1 the first time
+        def __init__(self, lib, algo, task, seed, minutes, core, out):
+            launched.append((lib, seed))
+            self.returncode = 1 if seed == 1 and len(launched) <= 4 else 0
+            out.write_text(json.dumps(dict(lib=lib, algo=algo, task=task, seed=seed, final_return=100.0 + seed,
+                                           env_steps=10, curve=[])))  # fmt: skip
+
+        def wait(self):
+            return self.returncode
+
+    monkeypatch.setattr(mujoco_suite, "launch", FakeRun)
+    with pytest.raises(SystemExit, match="a ppo run on HalfCheetah-v5 failed"):
+        mujoco_suite.run_all(args)  # seed 0 finishes, seed 1 fails: seed 0's runs are kept
+    assert launched == [("ours", 0), ("sb3", 0), ("ours", 1), ("sb3", 1)]
+    rows = mujoco_suite.run_all(args)
+    assert launched[4:] == [("ours", 1), ("sb3", 1)]  # only the missing round runs again
+    assert [(r["lib"], r["seed"], r["final_return"]) for r in rows] == [
+        ("ours", 0, 100.0), ("sb3", 0, 100.0), ("ours", 1, 101.0), ("sb3", 1, 101.0)
+    ]  # fmt: skip
+    assert common.commits_line(rows).startswith("Code: commit ")
+    # a different budget is a different job; --fresh ignores what is kept
+    args.minutes = 5
+    mujoco_suite.run_all(args)
+    assert len(launched) == 10
+    args.minutes, args.fresh = 15, True
+    mujoco_suite.run_all(args)
+    assert len(launched) == 14
 
 
 def test_wall_clock_estimate():
