@@ -233,6 +233,43 @@ def test_observation_and_reward_terms_match_numbers_computed_from_mujocos_state(
         assert reward[i].item() == pytest.approx(max(sum(terms.values()) * dt, 0.0), rel=1e-4, abs=1e-6)
 
 
+def test_the_policy_sees_the_base_velocity_first_only_when_asked_and_the_critic_always():
+    blind, sighted = make(2, seed=3), make(2, seed=3, observe_base_lin_vel=True)
+    assert sighted.observation_space.shape == (48,) and blind.observation_space.shape == (45,)
+    assert (
+        sighted.observation_terms[0] == ("base_lin_vel", 3) and sighted.observation_terms[1:] == blind.observation_terms
+    )
+    blind.reset(), sighted.reset()
+    actions = 0.3 * torch.randn(2, 12, generator=torch.Generator().manual_seed(1))
+    obs, _, _, _, info = blind.step(actions)
+    seen, _, _, _, seen_info = sighted.step(actions)
+    torch.testing.assert_close(seen[:, 3:], obs)
+    torch.testing.assert_close(seen[:, :3], info["critic_obs"][:, 45:48])  # the base velocity x 2, as the critic's
+    assert seen[:, :3].abs().max() > 0.01
+    torch.testing.assert_close(seen_info["critic_obs"], torch.cat([seen, info["critic_obs"][:, 45:]], dim=1))
+    assert sighted.robot_metadata()["observation"][0] == {"name": "base_lin_vel", "size": 3, "scale": [2.0] * 3}
+    with pytest.raises(ValueError, match="obs_noise_scales names unknown terms"):
+        make(1, obs_noise_level=1.0, obs_noise_scales={"lin_vel": 0.1})
+
+
+def test_the_termination_penalty_is_paid_on_the_step_that_ends_by_falling_only():
+    # roll or pitch beyond 0.01 rad ends an episode at once; a time limit of 3 steps ends the others by truncation
+    env = make(4, max_roll_pitch=0.01, episode_length_s=0.06, termination_weight=-200.0, only_positive_rewards=False)
+    env.reset()
+    actions = torch.zeros(4, 12)
+    actions[:2] = 3.0  # two robots thrown off balance
+    terminated = truncated = torch.zeros(4, dtype=torch.bool)
+    for _ in range(3):
+        _, reward, terminated, truncated, info = env.step(actions)
+        if terminated.any():
+            break
+    assert terminated.any() and not terminated.all()
+    metric = info["episode_metrics"]["reward_termination"]
+    torch.testing.assert_close(metric[terminated], torch.full_like(metric[terminated], -200.0 * 0.02))
+    assert (reward[terminated] < -3.0).all() and (reward[~terminated] > -3.0).all()
+    assert not (terminated & truncated).any()
+
+
 def test_commands_are_drawn_in_their_ranges_with_standing_and_small_speeds_zeroed():
     env = make(2000, lin_vel_x_range=(0.5, 1.0), lin_vel_y_range=(-0.3, 0.3), ang_vel_yaw_range=(-0.5, 0.0))
     env.reset()
@@ -474,12 +511,19 @@ def test_a_file_without_the_robot_entry_is_refused_for_a_robot(tmp_path):
         load_policy(path, robot=True)
 
 
-def test_the_mujoco_robot_built_from_the_robot_entry_sees_and_moves_as_the_task():
+@pytest.mark.parametrize("observe_base_lin_vel", [False, True])
+def test_the_mujoco_robot_built_from_the_robot_entry_sees_and_moves_as_the_task(observe_base_lin_vel):
     """A robot programmer's view: a plain MjData driven from the exported entry alone gives the task's observations
     for the same actions (the CPU backend steps as MuJoCo does)."""
     from rl_suite.envs.robots.deploy import MujocoRobot
 
-    env = make(1, reset_joint_pos_noise=0.0, standing_probability=0.0, resampling_time_s=100.0)
+    env = make(
+        1,
+        reset_joint_pos_noise=0.0,
+        standing_probability=0.0,
+        resampling_time_s=100.0,
+        observe_base_lin_vel=observe_base_lin_vel,
+    )
     obs = env.reset().clone()
     robot = MujocoRobot(env.robot_metadata(), command=env._commands[0].tolist())
     np.testing.assert_allclose(robot.read_observation(), obs[0].numpy(), rtol=1e-6, atol=1e-6)

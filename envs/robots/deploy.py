@@ -5,8 +5,9 @@ same ``build_model`` as the training task: the file's MJCF, one PD position actu
 and torque limits, a ground plane), driven the way a robot programmer would drive the real one from the entry alone:
 
 - ``read_observation()`` concatenates the entry's ``observation`` terms in order, each the raw quantity times its
-  scales: base angular velocity (body frame), projected gravity, the command (``set_command``), joint positions
-  minus the default pose, joint velocities, and the last action (the last offsets divided by the action scale);
+  scales: base linear velocity (body frame; only if the entry lists it), base angular velocity (body frame),
+  projected gravity, the command (``set_command``), joint positions minus the default pose, joint velocities, and the
+  last action (the last offsets divided by the action scale);
 - ``apply_action(offsets)`` sets each joint's PD target to ``default_joint_pos + offsets`` and advances the physics by
   ``decimation`` steps of ``physics_dt``: in simulation, applying an action is what moves time on, one control
   period per call.
@@ -23,7 +24,7 @@ import numpy as np
 
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model
 
-_TERMS = ("base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
+_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
 
 
 def config_from_entry(entry: dict) -> RobotConfig:
@@ -69,8 +70,9 @@ class EntryRobot:
 
     def read_observation(self) -> np.ndarray:
         q, qd = self._joints()
-        _, ang_vel, gravity, _ = self._base()
+        lin_vel, ang_vel, gravity, _ = self._base()
         raw = {
+            "base_lin_vel": lin_vel,  # what a real robot's state estimator would give
             "base_ang_vel": ang_vel,
             "projected_gravity": gravity,
             "command": self.command,

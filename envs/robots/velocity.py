@@ -15,6 +15,7 @@ clip_actions]``; the action space is unbounded, as rsl_rl's is, so a Gaussian po
 Observation (the policy's), in this order, each term multiplied by its scale (legged_gym's ``obs_scales``); the
 same list, with sizes, is ``observation_terms`` and goes into exported metadata:
 
+    base_lin_vel        3   x 2      base linear velocity, body frame (m/s); only with ``observe_base_lin_vel``
     base_ang_vel        3   x 0.25   base angular velocity, body frame (rad/s)
     projected_gravity   3   x 1      the unit gravity vector in the body frame
     command             3   x (2, 2, 0.25)  (v_x, v_y, yaw rate) commanded
@@ -43,6 +44,7 @@ legged_gym's default). Per-term episode sums are reported in
     dof_pos_limits      how far joints are beyond the soft limits (RobotConfig.soft_joint_limit of the range)
     feet_air_time       sum over feet touching down of (air time - feet_air_time_target), when |cmd_xy| > 0.1
     collision           how many penalised bodies (thighs, calves) touch anything with more than 0.1 N
+    termination         1 on the step that ends an episode by termination (not by the time limit)
 
 Termination: a contact of more than 1 N on a ``termination_contacts`` body (the trunk), or roll or pitch beyond
 ``max_roll_pitch``. Time limits (``episode_length_s``) are truncations.
@@ -93,6 +95,7 @@ REWARD_TERMS = (
     "dof_pos_limits",
     "feet_air_time",
     "collision",
+    "termination",
 )
 
 
@@ -148,9 +151,16 @@ class VelocitySettings:
     """legged_gym's A1 and Go1 configs' value (its base config has 0)."""
     feet_air_time_weight: float = 1.0
     collision_weight: float = -1.0
+    termination_weight: float = 0.0
+    """A penalty for ending the episode by falling (legged_gym's ``termination`` term, 0 in its base config): with the
+    reward not clipped at zero, it keeps falling from paying."""
     only_positive_rewards: bool = True
     """Clip each step's total reward at zero from below, as legged_gym does by default, so that early on the
     penalties do not teach the robot to end its episodes (the per-term sums keep the unclipped terms)."""
+
+    observe_base_lin_vel: bool = False
+    """Give the policy the base's linear velocity (first in its observation), as legged_gym and Isaac Lab do. Off, the
+    policy is blind to it (the critic always sees it), so a robot needs no velocity estimator to run it."""
 
     max_roll_pitch: float = 1.0
     """Episodes terminate when roll or pitch exceeds this (rad)."""
@@ -183,7 +193,8 @@ class VelocitySettings:
     """Multiplies ``obs_noise_scales``; 0 for no noise (legged_gym: 1)."""
     obs_noise_scales: dict | None = None
     """Half-widths of the uniform noise per observation term, in the term's units before scaling; None for
-    legged_gym's: base_ang_vel 0.2, projected_gravity 0.05, joint_pos 0.01, joint_vel 1.5, others 0."""
+    legged_gym's: base_lin_vel 0.1, base_ang_vel 0.2, projected_gravity 0.05, joint_pos 0.01, joint_vel 1.5, others
+    0."""
     push_velocity: float = 0.0
     """Pushes: a uniform kick of up to this much (m/s) on the base's planar velocity (legged_gym: 1.0)."""
     push_interval_s: float = 15.0
@@ -227,8 +238,9 @@ class VelocitySettings:
             raise ValueError(f"obs_noise_scales names unknown terms {unknown}; the terms are {list(POLICY_TERMS)}")
 
 
-POLICY_TERMS = ("base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
+POLICY_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
 _OBS_SCALES = {
+    "base_lin_vel": 2.0,
     "base_ang_vel": 0.25,
     "projected_gravity": 1.0,
     "command": (2.0, 2.0, 0.25),
@@ -236,8 +248,13 @@ _OBS_SCALES = {
     "joint_vel": 0.05,
     "last_action": 1.0,
 }
-_NOISE_SCALES = {"base_ang_vel": 0.2, "projected_gravity": 0.05, "joint_pos": 0.01, "joint_vel": 1.5}
-_LIN_VEL_SCALE = 2.0
+_NOISE_SCALES = {
+    "base_lin_vel": 0.1,
+    "base_ang_vel": 0.2,
+    "projected_gravity": 0.05,
+    "joint_pos": 0.01,
+    "joint_vel": 1.5,
+}
 
 
 def quat_rotate_inverse(q: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
@@ -288,7 +305,8 @@ class LeggedVelocityEnv(VecEnv):
         self.bound = bound = bind(robot, model)
         self.dt = s.physics_dt * s.decimation
         joints, feet = len(robot.joints), len(robot.feet)
-        self.observation_terms = [
+        self.observation_terms = [("base_lin_vel", 3)] if s.observe_base_lin_vel else []
+        self.observation_terms += [
             ("base_ang_vel", 3),
             ("projected_gravity", 3),
             ("command", 3),
@@ -486,6 +504,11 @@ class LeggedVelocityEnv(VecEnv):
             low, high = s.ang_vel_yaw_range
             commands[:, 2] = (0.5 * wrap_angle(self._heading - state["yaw"])).clamp(low, high)
         forces = state["forces"]
+        gravity = state["gravity"]
+        roll = torch.atan2(gravity[:, 1].abs(), -gravity[:, 2])
+        pitch = torch.asin(gravity[:, 0].abs().clamp(max=1.0))
+        trunk_contact = (forces[:, self._termination_rows].norm(dim=2) > 1.0).any(1)
+        self._terminated.copy_(trunk_contact | (roll > s.max_roll_pitch) | (pitch > s.max_roll_pitch))
         contact = forces[:, self._feet_rows, 2] > 1.0
         first_contact = (self._air_time > 0) & (contact | self._last_contacts)
         self._air_time += self.dt
@@ -506,6 +529,7 @@ class LeggedVelocityEnv(VecEnv):
                 ((self._soft_low - joint_pos).clamp_min(0) + (joint_pos - self._soft_high).clamp_min(0)).sum(1),
                 ((self._air_time - s.feet_air_time_target) * first_contact).sum(1) * moving,
                 (forces[:, self._penalized_rows].norm(dim=2) > 0.1).sum(1).float(),
+                self._terminated.float(),
             ],
             dim=1,
         )
@@ -519,12 +543,6 @@ class LeggedVelocityEnv(VecEnv):
         self._error_sums += torch.stack([lin_error * counted, counted.float(), yaw_error], dim=1)
         self._last_actions.copy_(actions)
         self._last_joint_vel.copy_(joint_vel)
-
-        gravity = state["gravity"]
-        roll = torch.atan2(gravity[:, 1].abs(), -gravity[:, 2])
-        pitch = torch.asin(gravity[:, 0].abs().clamp(max=1.0))
-        trunk_contact = (forces[:, self._termination_rows].norm(dim=2) > 1.0).any(1)
-        self._terminated.copy_(trunk_contact | (roll > s.max_roll_pitch) | (pitch > s.max_roll_pitch))
 
         resample = torch.remainder(step_number, self._resample_steps) == 0
         self._draw_commands(Selection(mask=resample))
@@ -582,8 +600,10 @@ class LeggedVelocityEnv(VecEnv):
         def rows(task_state: torch.Tensor) -> torch.Tensor:
             return task_state if env_ids is None else task_state.index_select(0, env_ids)
 
+        lin_vel = [state["lin_vel"]] if self.settings.observe_base_lin_vel else []
         clean = torch.cat(
             [
+                *lin_vel,
                 state["ang_vel"],
                 state["gravity"],
                 rows(self._commands),
@@ -595,7 +615,14 @@ class LeggedVelocityEnv(VecEnv):
         ).mul_(self._obs_scale)
         contact = (state["forces"][:, self._feet_rows, 2] > 1.0).float()
         critic = torch.cat(
-            [clean, state["lin_vel"] * _LIN_VEL_SCALE, state["height"][:, None], contact, rows(self._params)], dim=1
+            [
+                clean,
+                state["lin_vel"] * _OBS_SCALES["base_lin_vel"],
+                state["height"][:, None],
+                contact,
+                rows(self._params),
+            ],
+            dim=1,
         )
         return (clean + rows(self._noise) if self._noisy else clean), critic
 
