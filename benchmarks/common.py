@@ -204,20 +204,15 @@ def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides:
     import tempfile
 
     import rl_suite
-    from rl_suite.config import split_overrides
     from rl_suite.registry import load_algorithm
     from rl_suite.rng import seed_everything
     from rl_suite.runner import RunConfig, Runner
-    from rl_suite.settings import tuned_settings
+    from rl_suite.settings import layered, new_run_settings
 
     algo = load_algorithm(algo_name)
-    run_settings = {**tuned_settings(algo, env_id), **overrides}
-    run_settings.update(
-        total_steps=10**12, time_budget_s=seconds, checkpoint_every_steps=10**12, progress=False, seed=seed
-    )
-    run_settings.update(settings)
-    run_values, agent_values = split_overrides(run_settings, RunConfig, algo.Config)
-    config = RunConfig(algo=algo.name, env_id=env_id, **run_values)
+    fixed = dict(total_steps=10**12, time_budget_s=seconds, checkpoint_every_steps=10**12, progress=False, seed=seed)
+    run_values, agent_values = new_run_settings(algo, env_id, layered(overrides, fixed, settings))
+    config = RunConfig(**run_values)
     seed_everything(seed)
     env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, **config.env_kwargs)
     agent = algo.for_env(env, algo.Config(**agent_values))

@@ -30,13 +30,25 @@ def tuned_settings(algo, env_id: str) -> dict:
     if not path.is_file():
         return {}
     table = yaml.safe_load(path.read_text()) or {}
-    return {**(table.get("default") or {}), **(table.get(env_id) or {})}
+    return layered(table.get("default") or {}, table.get(env_id) or {})
+
+
+def layered(*layers: dict) -> dict:
+    """Settings layered in order, each over the ones before; ``env_kwargs`` merge key by key, so that
+    ``--set env_kwargs={backend: warp}`` keeps the task keywords a tuned section sets."""
+    merged: dict = {}
+    for layer in layers:
+        env_kwargs = {**(merged.get("env_kwargs") or {}), **(layer.get("env_kwargs") or {})}
+        merged.update(layer)
+        if env_kwargs:
+            merged["env_kwargs"] = env_kwargs
+    return merged
 
 
 def new_run_settings(algo, env_id: str, overrides: dict) -> tuple[dict, dict]:
     """The run's and the agent's settings (``RunConfig`` and ``algo.Config`` values) of a new run of ``algo`` on
-    ``env_id``: the shipped settings, then ``overrides``."""
-    run_values, agent_values = split_overrides({**tuned_settings(algo, env_id), **overrides}, RunConfig, algo.Config)
+    ``env_id``: the shipped settings, then ``overrides`` (``layered``)."""
+    run_values, agent_values = split_overrides(layered(tuned_settings(algo, env_id), overrides), RunConfig, algo.Config)
     run_values.update(algo=algo.name, env_id=env_id)
     return run_values, agent_values
 

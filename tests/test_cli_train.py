@@ -103,6 +103,18 @@ def test_tuned_settings_ship_for_the_learning_tasks():
     assert tuned_settings(load_algorithm("ppo"), "Acrobot-v1")["num_envs"] == 16  # the default section
 
 
+def test_a_users_env_kwargs_add_to_the_tuned_ones_key_by_key():
+    from rl_suite.settings import layered, new_run_settings
+
+    rarl = load_algorithm("rarl")
+    assert tuned_settings(rarl, "Ant-v5")["env_kwargs"] == {"adversary_force": 1.0}
+    run_values, _ = new_run_settings(rarl, "Ant-v5", {"env_kwargs": {"nthread": 1}, "seed": 3})
+    assert run_values["env_kwargs"] == {"adversary_force": 1.0, "nthread": 1} and run_values["seed"] == 3
+    run_values, _ = new_run_settings(rarl, "Ant-v5", {"env_kwargs": {"adversary_force": 2.0}})
+    assert run_values["env_kwargs"] == {"adversary_force": 2.0}
+    assert layered({"lr": 1.0}, {"lr": 2.0}, {}) == {"lr": 2.0}  # other settings: the last layer wins
+
+
 def test_algos_lists_the_algorithms(capsys):
     assert main(["algos"]) == 0
     out = capsys.readouterr().out
