@@ -9,8 +9,12 @@ never in place of it.
 from __future__ import annotations
 
 import argparse
+import hashlib
+import json
 import math
+import os
 import pathlib
+import subprocess
 import sys
 from dataclasses import dataclass
 
@@ -104,31 +108,26 @@ class FinishedRuns:
         self._written: set[pathlib.Path] = set()  # by this invocation, which --fresh does not ignore
 
     def _path(self, job: dict) -> pathlib.Path:
-        import hashlib
-        import json
-
         digest = hashlib.sha256(json.dumps(job, sort_keys=True).encode()).hexdigest()[:12]
         readable = "-".join(str(job[k]) for k in ("task", "lib", "label", "algo", "seed") if k in job)
         return self.directory / f"{readable.replace(' ', '_').replace(',', '')}-{digest}.json"
 
     def get(self, job: dict) -> dict | None:
-        import json
-
+        """The stored result of ``job`` with the commit it ran at, or ``None``."""
         path = self._path(job)
         if (self.fresh and path not in self._written) or not path.exists():
             return None
         stored = json.loads(path.read_text())
         return {**stored["result"], "commit": stored["commit"]} if stored.get("job") == job else None
 
-    def put(self, job: dict, result: dict) -> None:
-        import json
-        import os
-
-        path = self._path(job)
+    def put(self, job: dict, result: dict) -> dict:
+        """Store ``result`` as ``job``'s (atomically); returns it as ``get`` would."""
+        path, commit = self._path(job), git_commit()
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"job": job, "commit": git_commit(), "result": result}))
+        temporary.write_text(json.dumps({"job": job, "commit": commit, "result": result}))
         os.replace(temporary, path)
         self._written.add(path)
+        return {**result, "commit": commit}
 
 
 def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -150,8 +149,6 @@ def commits_line(rows: list[dict]) -> str:
 
 def git_commit() -> str:
     """The working tree's commit (short hash, ``+`` when it has uncommitted changes), or ``unknown``."""
-    import subprocess
-
     root = pathlib.Path(__file__).resolve().parent.parent
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=root, capture_output=True, text=True,

@@ -93,7 +93,8 @@ def main() -> None:
     runs, env_kwargs = {}, {}
     for seed in args.seeds:
         job = dict(task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps)
-        if finished.get(job) is None:
+        summary = finished.get(job)
+        if summary is None:
             summary, config, agent = common.timed_run(
                 "ppo",
                 ENV_ID,
@@ -104,8 +105,8 @@ def main() -> None:
                 eval_episodes=EVAL_EPISODES,
             )
             export(agent, seed, args.results_dir, config.env_kwargs)
-            finished.put(job, {**summary, "env_kwargs": config.env_kwargs})
-        runs[seed] = summary = finished.get(job)
+            summary = finished.put(job, {**summary, "env_kwargs": config.env_kwargs})
+        runs[seed] = summary
         env_kwargs = summary["env_kwargs"]
         final = summary["final_eval"]
         print(

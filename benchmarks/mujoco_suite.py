@@ -214,7 +214,8 @@ def run_all(args) -> list[dict]:
             for algo in args.algos:
                 for seed in args.seeds:
                     jobs = [dict(lib=lib, algo=algo, task=task, seed=seed, minutes=args.minutes) for lib in args.libs]
-                    if all(finished.get(job) is not None for job in jobs):
+                    results = [finished.get(job) for job in jobs]
+                    if None not in results:
                         print(f"{task} {algo} seed {seed}: kept from an earlier invocation", flush=True)
                     else:
                         outs = [pathlib.Path(scratch) / f"{lib}-{algo}-{task}-{seed}.json" for lib in args.libs]
@@ -225,11 +226,11 @@ def run_all(args) -> list[dict]:
                         for process in processes:
                             if process.wait() != 0:
                                 raise SystemExit(f"a {algo} run on {task} failed (exit {process.returncode})")
-                        for job, out in zip(jobs, outs, strict=True):
-                            finished.put(job, json.loads(out.read_text()))
-                    for job in jobs:
-                        rows.append(finished.get(job))
-                        run = rows[-1]
+                        results = [
+                            finished.put(job, json.loads(out.read_text())) for job, out in zip(jobs, outs, strict=True)
+                        ]
+                    for run in results:
+                        rows.append(run)
                         print(
                             f"{run['task']} {run['lib']} {run['algo']} seed {run['seed']}: final return "
                             f"{run['final_return']:.0f} after {run['env_steps']:,} env steps",

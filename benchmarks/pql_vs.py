@@ -91,16 +91,17 @@ def run_all(args, variants) -> list[dict]:
         for task in args.tasks:
             for label, algo, overrides in variants:
                 for seed in args.seeds:
-                    job = dict(algo=algo, task=task, seed=seed, seconds=args.minutes * 60, overrides=overrides)
+                    job = dict(
+                        algo=algo, task=task, seed=seed, seconds=args.minutes * 60, overrides=overrides, label=label
+                    )
                     started = time.perf_counter()
-                    result = finished.get({**job, "label": label})
+                    result = finished.get(job)
                     how = "kept from an earlier invocation"
                     if result is None:
                         out = pathlib.Path(scratch) / "run.json"
                         worker = [sys.executable, __file__, "--worker", json.dumps({**job, "out": str(out)})]
                         subprocess.run(worker, check=True)
-                        finished.put({**job, "label": label}, json.loads(out.read_text()))
-                        result = finished.get({**job, "label": label})
+                        result = finished.put(job, json.loads(out.read_text()))
                         how = f"{time.perf_counter() - started:.0f} s"
                     row = {**result, "task": task, "label": label, "algo": algo, "seed": seed}
                     row["final"] = row["curve"][-1]["mean_return"]
