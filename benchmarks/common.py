@@ -194,6 +194,14 @@ class SimulatedClock:
 # -- one training run --------------------------------------------------------------------------------------------------
 
 
+def shipped_settings(algo_name: str, env_id: str) -> dict:
+    """``algo_name``'s shipped settings for ``env_id`` (its YAML's default section, then the task's), as plain data."""
+    from rl_suite.registry import load_algorithm
+    from rl_suite.settings import tuned_settings
+
+    return tuned_settings(load_algorithm(algo_name), env_id)
+
+
 def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict, **settings) -> tuple:
     """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides``, for ``seconds`` of
     wall-clock (no step budget, no checkpoints, no progress output), in a throwaway run directory; ``settings`` are

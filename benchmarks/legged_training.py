@@ -90,9 +90,14 @@ def main() -> None:
     print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
 
     finished = common.FinishedRuns(args, "legged_training")
+    # The shipped settings are part of each seed's job: the seeds of one table may train in different sessions, and
+    # a seed trained under an older recipe must train again rather than be averaged with the new one.
+    shipped = common.shipped_settings("ppo", ENV_ID)
     runs, env_kwargs = {}, {}
     for seed in args.seeds:
-        job = dict(task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps)
+        job = dict(
+            task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps, settings=shipped
+        )
         summary = finished.get(job)
         if summary is None:
             summary, config, agent = common.timed_run(

@@ -199,13 +199,13 @@ def test_unavailable_actions_are_never_chosen(algo):
         env.step(actions)  # the env checks too
 
 
-def test_mappo_and_qmix_learn_the_toy_task():
+def test_mappo_and_qmix_learn_the_toy_task(tmp_path):
     results = {}
     for algo, settings in ((MAPPO, {}), (QMIX, {"eps_anneal_steps": 2000, "learning_starts_episodes": 8})):
         torch.manual_seed(0)
         env = Rendezvous(num_envs=16, seed=0)
         agent = algo.for_env(env, **settings)
-        agent.learn(env, total_steps=6144, run_dir=None, eval_episodes=0, progress=False)
+        agent.learn(env, total_steps=6144, run_dir=tmp_path / algo.name, eval_episodes=0, progress=False)
         results[algo.name] = evaluate(agent, Rendezvous(num_envs=64, seed=1), seed=1)["mean_return"]
     # random play earns 1/3 per step, 8/3 per episode; perfect play 8
     assert results["mappo"] >= 7.5 and results["qmix"] >= 4.5, results
