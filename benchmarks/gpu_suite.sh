@@ -14,12 +14,14 @@
 #   7. PQL on Ant-v5 under the same budget, against step 5;
 #   8. PPO on QuadrupedVelocity-Flat-v0 (warp, cuda, 4096 envs, rsl_rl's settings): the planar tracking error after
 #      LEGGED_S seconds (goal: under 0.2 m/s within 5 minutes); it takes what the suite has left, up to LEGGED_S, so
-#      give the whole suite TOTAL_S=900 to run it in full.
+#      give the whole suite TOTAL_S=900 to run it in full;
+#   9. the same on QuadrupedVelocity-Rough-v0 for what is left, up to ROUGH_S: the terrain level the curriculum
+#      reached and the tracking error.
 # Everything goes to $RESULTS (default: $OUT if set, else benchmarks/results/gpu/): a log per step, the result files
 # of each step, and summary.md (status and time of every step, then the results side by side).
 #
 # Settings (environment variables): TOTAL_S (600, the whole suite's budget; steps are cut to what is left), LEGGED_S
-# (300, step 8's training budget),
+# (300, step 8's training budget), ROUGH_S (120, step 9's),
 # TRAIN_S (80, wall-clock budget of each training run), NUM_ENVS_PPO (4096), NUM_ENVS_PQL (4096), PPO_SET and PQL_SET
 # (extra `--set` assignments), PY (the Python to use; default .venv/bin/python).
 set -euo pipefail
@@ -50,6 +52,7 @@ if [[ $SMOKE == 1 ]]; then
     PQL_SET=${PQL_SET:-"learning_starts=64 batch_size=64 eval_every_steps=64 eval_episodes=2 hidden=[32,32] concurrent=false"}
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=120 LIMIT_HOT=240 LIMIT_TRAIN=$((TRAIN_S + 60))
     LEGGED_S=${LEGGED_S:-20}
+    ROUGH_S=${ROUGH_S:-20}
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-8}
     LEGGED_BACKEND=cpu
     LEGGED_SET=${LEGGED_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
@@ -69,6 +72,7 @@ else
     PQL_SET=${PQL_SET:-"batch_size=8192 hidden=[512,256,128] activation=elu eval_every_steps=500000 eval_episodes=32"}
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=100 LIMIT_HOT=120 LIMIT_TRAIN=$((TRAIN_S + 45))
     LEGGED_S=${LEGGED_S:-300}
+    ROUGH_S=${ROUGH_S:-120}
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-4096}
     LEGGED_BACKEND=warp
     # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for 256 on a CPU)
@@ -202,24 +206,27 @@ run_step ppo_ant_torchrun "$LIMIT_TRAIN" train ppo "$NUM_ENVS_PPO" "$PPO_SET" "$
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 1
 run_step pql_ant "$LIMIT_TRAIN" train pql "$NUM_ENVS_PQL" "$PQL_SET" "$RESULTS/pql_ant" "$PY"
 
-# 8. The quadruped, with what is left (up to LEGGED_S): the shipped settings of agents/hyperparams/ppo.yaml on
-# MuJoCo Warp, the tracking error from summary.json.
-rm -rf "$RESULTS/ppo_quadruped"
-legged() {
+# 8-9. The quadruped on flat ground, then on rough terrain, each with what is left (up to LEGGED_S, ROUGH_S): the
+# shipped settings of agents/hyperparams/ppo.yaml on MuJoCo Warp, the task metrics from summary.json.
+legged() {  # ENV_ID RUN_NAME BUDGET_S
     # shellcheck disable=SC2086 # LEGGED_SET is a list of KEY=VALUE words
-    "$PY" -m rl_suite train ppo QuadrupedVelocity-Flat-v0 --device "$DEVICE" --num-envs "$NUM_ENVS_LEGGED" --seed 0 \
-        --time-budget "$1" --total-steps 1000000000000 --run-dir "$RESULTS/ppo_quadruped" \
+    "$PY" -m rl_suite train ppo "$1" --device "$DEVICE" --num-envs "$NUM_ENVS_LEGGED" --seed 0 \
+        --time-budget "$3" --total-steps 1000000000000 --run-dir "$RESULTS/$2" \
         --set progress=false checkpoint_every_steps=1000000000000 "env_kwargs={backend: $LEGGED_BACKEND}" $LEGGED_SET
 }
 export -f legged
 export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET
-LEFT=$((TOTAL_S - (SECONDS - SUITE_START) - 60))
-BUDGET=$((LEFT < LEGGED_S ? LEFT : LEGGED_S))
-if ((BUDGET >= 20)); then
-    run_step ppo_quadruped $((BUDGET + 60)) legged "$BUDGET"
-else
-    printf 'ppo_quadruped\tskipped (no time left: raise TOTAL_S)\t0\t%s\n' "$LEGGED_S" >>"$SUMMARY"
-fi
+for task in "QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" "QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S"; do
+    read -r env_id name wanted <<<"$task"
+    rm -rf "${RESULTS:?}/$name"
+    LEFT=$((TOTAL_S - (SECONDS - SUITE_START) - 60))
+    BUDGET=$((LEFT < wanted ? LEFT : wanted))
+    if ((BUDGET >= 20)); then
+        run_step "$name" $((BUDGET + 60)) legged "$env_id" "$name" "$BUDGET"
+    else
+        printf '%s\tskipped (no time left: raise TOTAL_S)\t0\t%s\n' "$name" "$wanted" >>"$SUMMARY"
+    fi
+done
 
 # The summary: every step's status, then the results side by side.
 "$PY" - "$RESULTS" "$TRAIN_S" <<'EOF' || echo "the summary failed; the step logs are in $RESULTS"
@@ -260,14 +267,19 @@ for run in ("ppo_ant", "pql_ant", "ppo_ant_torchrun"):
 if "ppo_ant" in walls and "ppo_ant_torchrun" in walls:
     lines += ["", f"torchrun (1 process) against the plain run, wall-clock per env step: "
               f"{walls['ppo_ant_torchrun'] / walls['ppo_ant']:.3f}x (1.000 = no overhead)."]
-path = results / "ppo_quadruped" / "summary.json"
-if path.exists():
+for run, title in (("ppo_quadruped", "QuadrupedVelocity-Flat-v0 (goal: planar tracking error under 0.2 m/s within "
+                   "5 minutes)"), ("ppo_quadruped_rough", "QuadrupedVelocity-Rough-v0 (no goal yet)")):
+    path = results / run / "summary.json"
+    if not path.exists():
+        continue
     s = json.loads(path.read_text())
     final = s.get("final_eval") or {}
-    lines += ["", "## QuadrupedVelocity-Flat-v0 (goal: planar tracking error under 0.2 m/s within 5 minutes)", "",
+    level = f", terrain level {final['terrain_level']:.2f}" if "terrain_level" in final else ""
+    lines += ["", f"## {title}", "",
               f"{s['env_steps']:,} env steps in {s['wall_time_s']:.0f} s; final evaluation: tracking error "
               f"{final.get('tracking_error_lin', float('nan')):.3f} m/s, yaw-rate error "
-              f"{final.get('tracking_error_yaw', float('nan')):.3f} rad/s, falls {final.get('fell', float('nan')):.0%}."]
+              f"{final.get('tracking_error_yaw', float('nan')):.3f} rad/s, falls {final.get('fell', float('nan')):.0%}"
+              f"{level}."]
 (results / "summary.md").write_text("\n".join(lines) + "\n")
 print("\n".join(lines))
 EOF

@@ -62,6 +62,10 @@ class Selection(NamedTuple):
     def normal(self, rng: EnvStreams, size: int, dtype: torch.dtype) -> torch.Tensor:
         return rng.normal(size, env_ids=self.ids, mask=self.mask, dtype=dtype)
 
+    def read(self, src: torch.Tensor) -> torch.Tensor:
+        """The selected rows of ``src`` (by index), or all of them (by mask): the rows ``uniform`` draws for."""
+        return src if self.ids is None else src.index_select(0, self.ids)
+
     def write(self, dst: torch.Tensor, values: torch.Tensor) -> None:
         """Write ``values`` into the selected rows of ``dst`` (environment axis first)."""
         if self.ids is not None:

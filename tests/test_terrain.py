@@ -16,7 +16,7 @@ SMALL = dict(levels=5, columns=7, tile_size=4.0, border=1.0, platform_size=1.0)
 
 
 def one_kind(kind: str, **settings) -> Terrain:
-    return Terrain(TerrainSettings(**{**SMALL, "columns": 1, "proportions": ((kind, 1.0),), **settings}), seed=0)
+    return Terrain(TerrainSettings(**{**SMALL, "columns": 1, "proportions": {kind: 1.0}, **settings}))
 
 
 def tile(terrain: Terrain, level: int, column: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -44,17 +44,17 @@ def mujoco_heights(terrain: Terrain, points: np.ndarray) -> np.ndarray:
 
 
 def test_the_heights_the_task_reads_are_the_surface_mujoco_collides_with():
-    terrain = Terrain(TerrainSettings(**SMALL), seed=3)
+    terrain = Terrain(TerrainSettings(**SMALL, seed=3))
     s, rng = terrain.settings, np.random.default_rng(0)
     samples = rng.integers(0, np.array(terrain.heights.shape), size=(200, 2))
     at_samples = samples * s.horizontal_scale - s.border
     ours = terrain.heights_at(torch.tensor(at_samples, dtype=torch.float32)).numpy()
     np.testing.assert_allclose(ours, terrain.heights[samples[:, 0], samples[:, 1]], atol=1e-5)  # float32
     np.testing.assert_allclose(mujoco_heights(terrain, at_samples), ours, atol=1e-4)
-    # between samples MuJoCo's triangles and our bilinear patches differ by at most a fraction of the local relief
-    anywhere = rng.uniform(0, np.array(terrain.size), size=(200, 2)) - s.border
+    # between the samples too: the same two triangles per cell
+    anywhere = rng.uniform(0, np.array(terrain.size), size=(400, 2)) - s.border
     between = terrain.heights_at(torch.tensor(anywhere, dtype=torch.float32)).numpy()
-    assert np.median(np.abs(mujoco_heights(terrain, anywhere) - between)) < 1e-3
+    np.testing.assert_allclose(mujoco_heights(terrain, anywhere), between, atol=1e-4)
     # beyond the heightfield, the border's height
     outside = torch.tensor([[-50.0, 3.0], [3.0, 1e4]])
     np.testing.assert_allclose(terrain.heights_at(outside).numpy(), [0.0, 0.0])
@@ -107,7 +107,7 @@ def test_the_columns_share_the_kinds_in_their_proportions_and_origins_sit_on_the
         **{**SMALL, "columns": 10, "proportions": (("rough", 0.5), ("stairs_up", 0.3), ("obstacles", 0.2))}
     )
     assert s.column_kinds() == ["rough"] * 5 + ["stairs_up"] * 3 + ["obstacles"] * 2
-    terrain = Terrain(s, seed=0)
+    terrain = Terrain(s)
     np.testing.assert_allclose(terrain.origins[2, 7, :2], [2.5 * 4.0, 7.5 * 4.0])
     centres = torch.tensor(terrain.origins[..., :2].reshape(-1, 2), dtype=torch.float32)
     # the start point is the highest ground within 1 m of the centre, so a robot placed there is not buried
@@ -116,7 +116,7 @@ def test_the_columns_share_the_kinds_in_their_proportions_and_origins_sit_on_the
 
 
 def test_the_terrain_is_a_function_of_its_seed():
-    a, b, c = (Terrain(TerrainSettings(**SMALL), seed=seed) for seed in (1, 1, 2))
+    a, b, c = (Terrain(TerrainSettings(**SMALL, seed=seed)) for seed in (1, 1, 2))
     np.testing.assert_array_equal(a.heights, b.heights)
     assert not np.array_equal(a.heights, c.heights)
 
@@ -137,3 +137,162 @@ def test_bad_terrain_settings_get_errors_that_name_them(settings, message):
     with pytest.raises(ValueError) as error:
         TerrainSettings(**{**SMALL, **settings})
     assert message in str(error.value)
+
+
+# -- the velocity task on rough terrain ----------------------------------------------------------------------------
+
+ROUGH = dict(terrain=dict(SMALL, levels=4, seed=1), max_init_terrain_level=2)
+
+
+def rough(num_envs=8, **settings):
+    from rl_suite.envs.robots.velocity import LeggedVelocityEnv
+
+    return LeggedVelocityEnv(num_envs, seed=0, nthread=1, **{**ROUGH, **settings})
+
+
+def test_robots_start_on_their_tiles_a_base_height_above_the_start_point():
+    env = rough(14)
+    env.reset(seed=0)
+    placement = env._placement
+    assert placement.columns.tolist() == [i % 7 for i in range(14)]
+    assert set(placement.levels.tolist()) <= {0, 1, 2} and len(set(placement.levels.tolist())) > 1
+    origin = placement.origins[placement.levels, placement.columns].double()
+    base = env.physics.qpos[:, :3]
+    assert ((base[:, :2] - origin[:, :2]).abs() <= 1.0).all()
+    torch.testing.assert_close(base[:, 2], origin[:, 2] + env.robot.init_base_height)
+
+
+def test_the_curriculum_moves_robots_up_after_half_a_tile_down_after_half_the_commanded_distance():
+    env = rough(8, episode_length_s=0.04)  # episodes of 2 steps
+    env.reset(seed=0)
+    placement = env._placement
+    placement.levels.copy_(torch.tensor([1, 1, 1, 0, 3, 3, 3, 3]))
+    origin = placement.origins[placement.levels, placement.columns].double()
+    env.step(torch.zeros(8, 12))
+    qpos, commands = env.physics.qpos, env._commands
+    qpos[:, :2] = origin[:, :2]  # back on the tile's centre: walked 0 ...
+    qpos[0, 0] += 2.5  # ... but 0 (level 1) walked 2.5 m, more than half of the 4 m tile: up
+    # the commanded distance is the command's speed over a full episode (0.04 s)
+    qpos[1, 0] += 1.0
+    commands.zero_()
+    commands[1, 0] = 40.0  # 1 walked 1 m of 1.6 m, more than half: stays
+    commands[2, 1] = 10.0  # 2 walked nothing of 0.4 m: down
+    commands[3, 0] = 10.0  # 3 too, but from level 0: stays at 0
+    qpos[4:, 0] += 2.5  # 4-7 walked off the last level (3): to random levels
+    _, _, _, truncated, info = env.step(torch.zeros(8, 12))
+    assert truncated.all()
+    # the level each episode ended on, then the level the next starts on
+    assert info["episode_metrics"]["terrain_level"].tolist() == [1, 1, 1, 0, 3, 3, 3, 3]
+    levels = placement.levels.tolist()
+    assert levels[:4] == [2, 1, 0, 0]
+    assert all(0 <= level <= 3 for level in levels[4:]) and levels[4:] != [3, 3, 3, 3], levels
+
+
+def test_the_height_scan_reads_the_ground_mujoco_collides_with_turned_with_the_base():
+    env = rough(4, observe_height_scan=True, reset_base_vel_noise=0.5)
+    obs = env.reset(seed=4)
+    for _ in range(10):
+        obs, *_ = env.step(0.3 * torch.randn(4, 12, generator=torch.Generator().manual_seed(0)))
+    assert env.observation_space.shape == (45 + 187,) and env.critic_observation_space.shape == (45 + 187 + 28,)
+    state = env._read_state()
+    from rl_suite.envs.robots.terrain import HEIGHT_SCAN_X, HEIGHT_SCAN_Y
+
+    for k in range(4):
+        (x, y, z), yaw = state["position"][k].tolist(), state["yaw"][k].item()
+        dx, dy = (a.ravel() for a in np.meshgrid(HEIGHT_SCAN_X, HEIGHT_SCAN_Y, indexing="ij"))
+        points = np.stack([x + np.cos(yaw) * dx - np.sin(yaw) * dy, y + np.sin(yaw) * dx + np.cos(yaw) * dy], 1)
+        expected = np.clip(z - 0.5 - mujoco_heights(env.terrain, points), -1.0, 1.0) * 5.0
+        np.testing.assert_allclose(obs[k, -187:].numpy(), expected, atol=1e-3)
+    # the metadata says where the points are
+    scan = env.robot_metadata()["height_scan"]
+    assert len(scan["x"]) * len(scan["y"]) == 187 and scan["x"][0] == -0.8 and scan["y"][-1] == 0.5
+    assert env.robot_metadata()["observation"][-1] == {"name": "height_scan", "size": 187, "scale": [5.0] * 187}
+
+
+def test_rough_terrain_resumes_exactly_and_resets_alike_by_mask_and_by_index():
+    def run(env, steps, seed):
+        g, out = torch.Generator().manual_seed(seed), []
+        for _ in range(steps):
+            obs, reward, *_ = env.step(torch.randn(4, 12, generator=g))
+            out.append(torch.cat([obs.flatten(), reward, env._placement.levels.float()]))
+        return torch.stack(out)
+
+    settings = dict(episode_length_s=0.2, push_velocity=0.5, push_interval_s=0.1)
+    env = rough(4, **settings)
+    env.reset(seed=2)
+    run(env, 7, seed=1)
+    state = {name: value.clone() for name, value in env.state_dict().items()}
+    expected = run(env, 30, seed=9)
+    resumed = rough(4, **settings)
+    resumed.reset(seed=5)
+    resumed.load_state_dict(state)
+    torch.testing.assert_close(run(resumed, 30, seed=9), expected, rtol=0, atol=0)
+    by_mask = rough(4, masked_resets=True, **settings)
+    by_mask.reset(seed=2)
+    run(by_mask, 7, seed=1)
+    torch.testing.assert_close(run(by_mask, 30, seed=9), expected, rtol=0, atol=0)
+
+
+def test_the_rough_id_trains_the_perceptive_policy_with_its_shipped_settings():
+    import rl_suite
+    from rl_suite.registry import load_algorithm
+    from rl_suite.settings import tuned_settings
+
+    kwargs = tuned_settings(load_algorithm("ppo"), "QuadrupedVelocity-Rough-v0")["env_kwargs"]
+    assert kwargs["observe_height_scan"] and kwargs["observe_base_lin_vel"]
+    with rl_suite.make("QuadrupedVelocity-Rough-v0", num_envs=2, **kwargs) as env:
+        assert env.terrain is not None and env.terrain.settings == TerrainSettings()
+        assert env.observation_space.shape == (48 + 187,)
+
+
+@pytest.mark.parametrize(
+    "settings, message",
+    [
+        (dict(terrain=None, observe_height_scan=True), "observe_height_scan needs rough terrain"),
+        (dict(max_init_terrain_level=4), r"max_init_terrain_level must be in \[0, 3\]"),
+        (dict(terrain=dict(tiles=3)), r"terrain has unknown settings \['tiles'\]"),
+        (dict(terrain="stairs"), "terrain must be a dict of TerrainSettings fields or None"),
+    ],
+)
+def test_bad_rough_terrain_settings_get_errors_that_name_them(settings, message):
+    with pytest.raises(ValueError, match=message):
+        rough(1, **settings)
+
+
+def test_rough_terrain_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
+    """As the flat task's check (tests/test_legged.py): each step starts MuJoCo Warp (float32, on warp's CPU device)
+    from the CPU backend's state, here on rough ground, slopes and stairs. The heightfield's contacts are not
+    MuJoCo's: Warp collides a geom with the heightfield's prisms by its own convex collision, so the contact sets
+    differ and one step's observations differ by up to 0.015 (0.3 rad/s of joint velocity, in the rough tiles; no
+    contact buffer overflowed) and rewards by 3.3e-4 over these 30 steps, against 8e-6 and 1.3e-7 on flat ground.
+    The tolerances are about 3x those; terminations and truncations agree exactly."""
+    pytest.importorskip("mujoco_warp")
+    cpu, warp = rough(4, backend="cpu"), rough(4, backend="warp")
+    cpu.reset(seed=0)
+    g = torch.Generator().manual_seed(0)
+    worst = {"obs": 0.0, "critic_obs": 0.0, "reward": 0.0}
+    for _ in range(30):
+        warp.load_state_dict(cpu.state_dict())
+        actions = 0.5 * torch.randn(4, 12, generator=g)
+        expected, got = cpu.step(actions), warp.step(actions)
+        worst["obs"] = max(worst["obs"], (expected[0] - got[0]).abs().max().item())
+        worst["critic_obs"] = max(
+            worst["critic_obs"], (expected[4]["critic_obs"] - got[4]["critic_obs"]).abs().max().item()
+        )
+        worst["reward"] = max(worst["reward"], (expected[1] - got[1]).abs().max().item())
+        assert torch.equal(expected[2], got[2]) and torch.equal(expected[3], got[3])
+    assert not warp.physics.overflow.any()
+    assert worst["obs"] <= 0.05 and worst["critic_obs"] <= 0.05 and worst["reward"] <= 1e-3, worst
+
+
+def test_a_robot_geom_the_backend_cannot_collide_with_a_heightfield_is_refused(monkeypatch):
+    from rl_suite.envs.robots import terrain
+
+    monkeypatch.setitem(terrain.HFIELD_COLLIDERS, "warp", frozenset({"capsule", "box"}))  # a Warp without spheres
+    with pytest.raises(ValueError) as error:
+        rough(1, backend="warp")
+    assert str(error.value).startswith(
+        "MuJoCo Warp cannot collide these geoms with the terrain's heightfield: sphere (FR_foot, FL_foot, RR_foot, "
+        "RL_foot). It collides box, capsule geoms with one"
+    )
+    rough(1, backend="cpu")  # the CPU backend's table still has spheres

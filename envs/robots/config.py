@@ -200,10 +200,13 @@ def mjcf_path(mjcf: str) -> Path:
 # -- from a config to the simulated model ----------------------------------------------------------------------
 
 
-def build_model(robot: RobotConfig, physics_dt: float = 0.005, ground_friction: float = 1.0) -> mujoco.MjModel:
+def build_model(
+    robot: RobotConfig, physics_dt: float = 0.005, ground_friction: float = 1.0, terrain=None
+) -> mujoco.MjModel:
     """The model a task simulates: the robot's MJCF with its own actuators and world geoms removed, one position
     actuator per joint of ``robot.joints`` (force = kp (target - q) - kd q', clipped to the torque limit, at every
-    physics step of ``physics_dt`` s), and a ground plane named ``terrain``."""
+    physics step of ``physics_dt`` s), and the ground, a geom named ``terrain``: a plane, or ``terrain``'s heightfield
+    (a ``terrain.Terrain``)."""
     if not physics_dt > 0:
         raise ValueError(f"physics_dt must be positive, got {physics_dt!r}")
     spec = mujoco.MjSpec.from_file(str(mjcf_path(robot.mjcf)))
@@ -218,16 +221,19 @@ def build_model(robot: RobotConfig, physics_dt: float = 0.005, ground_friction: 
             f"robot {robot.name!r}: joints {missing} are not in {robot.mjcf}; its joints are {sorted(joints)}"
         )
     spec.option.timestep = physics_dt
-    spec.worldbody.add_geom(
-        name="terrain",
-        type=mujoco.mjtGeom.mjGEOM_PLANE,
-        size=[0.0, 0.0, 0.05],  # infinite
-        contype=1,
-        conaffinity=1,
-        condim=3,
-        friction=[ground_friction, 0.005, 0.0001],
-        rgba=[0.55, 0.6, 0.55, 1.0],
-    )
+    if terrain is not None:
+        terrain.add_to(spec, ground_friction)
+    else:
+        spec.worldbody.add_geom(
+            name="terrain",
+            type=mujoco.mjtGeom.mjGEOM_PLANE,
+            size=[0.0, 0.0, 0.05],  # infinite
+            contype=1,
+            conaffinity=1,
+            condim=3,
+            friction=[ground_friction, 0.005, 0.0001],
+            rgba=[0.55, 0.6, 0.55, 1.0],
+        )
     kp, kd, limit = (robot.per_joint(name) for name in ("kp", "kd", "torque_limit"))
     for j, name in enumerate(robot.joints):
         actuator = spec.add_actuator(name=f"{name}_pd", target=name, trntype=mujoco.mjtTrn.mjTRN_JOINT)

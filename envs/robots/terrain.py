@@ -19,9 +19,11 @@ The kinds, named for what a robot meets walking away from its tile's centre, and
     obstacles     20 rectangles of 1 to 2 m a side, raised or sunk by h or h / 2, h = 0.05 + 0.2 d m
 
 Heights are sampled every ``horizontal_scale`` m (legged_gym: 0.1 m); MuJoCo joins the samples with triangles.
-``Terrain.heights_at`` reads the same surface on the task's device (bilinear between samples, exact at them), for
-height scans and for placing robots; ``Terrain.origins`` are the tiles' start points, at the height of the highest
-sample within 1 m of the centre (legged_gym's ``env_origins``).
+``Terrain.heights_at`` reads the same surface on the task's device, for height scans and for placing robots;
+``Terrain.origins`` are the tiles' start points, at the height of the highest sample within 1 m of the centre
+(legged_gym's ``env_origins``). ``TerrainPlacement`` keeps which tile each environment walks, moves it with the
+terrain curriculum, and scans the ground around each base; ``check_collidable`` refuses a robot whose collision
+geoms a backend cannot collide with a heightfield.
 """
 
 from __future__ import annotations
@@ -31,12 +33,20 @@ import dataclasses
 import numpy as np
 import torch
 
+from rl_suite.env import Selection
+
 KINDS = ("rough", "slope_up", "slope_down", "slope_rough", "stairs_up", "stairs_down", "obstacles")
 
 ROUGH_GRID = 0.2  # m between the random heights of rough ground (legged_gym's downsampled_scale)
 STEP_DEPTH = 0.31  # m (legged_gym's step_width)
 OBSTACLES, OBSTACLE_SIZE = 20, (1.0, 2.0)  # per tile; side length range (m)
 FOUNDATION = 1.0  # m of solid ground under the lowest sample (the heightfield's base)
+# legged_gym's height measurements: a 17 x 11 grid, 0.1 m apart, around the base and turned with its yaw; each the
+# base's height less 0.5 m less the ground's, clipped to [-1, 1] m
+HEIGHT_SCAN_X, HEIGHT_SCAN_Y = np.arange(-8, 9) * 0.1, np.arange(-5, 6) * 0.1
+HEIGHT_SCAN_BASE_OFFSET = 0.5
+HEIGHT_SCAN_SIZE = len(HEIGHT_SCAN_X) * len(HEIGHT_SCAN_Y)
+SPAWN_SPREAD = 1.0  # m: robots start up to this far from their tile's centre in x and y (legged_gym's)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -64,10 +74,16 @@ class TerrainSettings:
         ("stairs_down", 0.15),
         ("obstacles", 0.15),
     )
-    """(kind, share) pairs: each kind's share of the columns. The default mixes Isaac Lab's rough-terrain shares
-    (stairs up and down, boxes and random rough 0.2 each, slopes 0.2) with legged_gym's rough slopes."""
+    """(kind, share) pairs, or a ``{kind: share}`` mapping: each kind's share of the columns. The default mixes Isaac
+    Lab's rough-terrain shares (stairs up and down, boxes and random rough 0.2 each, slopes 0.2) with legged_gym's
+    rough slopes."""
+    seed: int = 0
+    """The random tiles' seed (rough ground and obstacles): the same seed, the same terrain, whatever the task's
+    own seed."""
 
     def __post_init__(self):
+        pairs = self.proportions.items() if isinstance(self.proportions, dict) else self.proportions
+        object.__setattr__(self, "proportions", tuple((str(kind), float(share)) for kind, share in pairs))
         if not (isinstance(self.levels, int) and self.levels >= 1 and isinstance(self.columns, int)):
             raise ValueError(f"terrain levels must be a positive integer, got {self.levels!r}")
         for name in ("tile_size", "horizontal_scale", "platform_size"):
@@ -111,12 +127,13 @@ class TerrainSettings:
 
 class Terrain:
     """The heights of every sample (``heights[ix, iy]``, m, at world ``(ix, iy) * horizontal_scale - border``), the
-    tiles' start points (``origins[level, column]``, world xyz) and each column's kind, generated from ``seed``."""
+    tiles' start points (``origins[level, column]``, world xyz) and each column's kind, generated from the settings'
+    ``seed``."""
 
-    def __init__(self, settings: TerrainSettings, seed: int = 0):
+    def __init__(self, settings: TerrainSettings):
         self.settings = s = settings
         self.kinds = s.column_kinds()
-        rng = np.random.default_rng(seed)
+        rng = np.random.default_rng(s.seed)
         n = round(s.tile_size / s.horizontal_scale)
         pad = round(s.border / s.horizontal_scale)
         self.heights = np.zeros((s.levels * n + 2 * pad + 1, s.columns * n + 2 * pad + 1), dtype=np.float64)
@@ -172,8 +189,9 @@ class Terrain:
         )
 
     def heights_at(self, xy: torch.Tensor) -> torch.Tensor:
-        """The terrain's height (m) under each world point ``xy[..., 2]``: bilinear between samples, exact at them,
-        the border's height beyond the heightfield. On ``xy``'s device, without a host sync."""
+        """The terrain's height (m) under each world point ``xy[..., 2]``: MuJoCo's surface (the samples joined by
+        two triangles per cell), the border's height beyond the heightfield. On ``xy``'s device, without a host
+        sync."""
         heights = self._on_device.get(xy.device)
         if heights is None:
             heights = self._on_device[xy.device] = torch.as_tensor(self.heights, dtype=torch.float32, device=xy.device)
@@ -184,9 +202,11 @@ class Terrain:
         low = torch.minimum(grid.floor().long(), upper - 1)
         t = grid - low
         ix, iy, tx, ty = low[..., 0], low[..., 1], t[..., 0], t[..., 1]
-        bottom = heights[ix, iy] * (1 - tx) + heights[ix + 1, iy] * tx
-        top = heights[ix, iy + 1] * (1 - tx) + heights[ix + 1, iy + 1] * tx
-        return bottom * (1 - ty) + top * ty
+        h00, h10, h01, h11 = heights[ix, iy], heights[ix + 1, iy], heights[ix, iy + 1], heights[ix + 1, iy + 1]
+        # MuJoCo splits each cell along its diagonal from (ix, iy) to (ix + 1, iy + 1): one plane on each side
+        below = h00 + (h10 - h00) * tx + (h11 - h10) * ty
+        above = h00 + (h11 - h01) * tx + (h01 - h00) * ty
+        return torch.where(tx >= ty, below, above)
 
 
 def _tile(kind: str, d: float, x: np.ndarray, y: np.ndarray, s: TerrainSettings, rng) -> np.ndarray:
@@ -221,3 +241,90 @@ def _rough(amplitude: float, x: np.ndarray, y: np.ndarray, rng) -> np.ndarray:
     values = np.trunc(rng.uniform(-amplitude, amplitude, size=(len(coarse), len(coarse))) / 0.005) * 0.005
     along_x = np.stack([np.interp(axis, coarse, values[:, k]) for k in range(len(coarse))], axis=1)
     return np.stack([np.interp(axis, coarse, along_x[i]) for i in range(len(axis))], axis=0)
+
+
+# The geom types each physics backend collides with a heightfield: MuJoCo's collision table (engine_collision_driver.c,
+# mjCOLLISIONFUNC: the convex primitives and meshes) and MuJoCo Warp's (collision_driver.MJ_COLLISION_TABLE, the same
+# in mujoco_warp 4.0)
+HFIELD_COLLIDERS = {
+    backend: frozenset({"sphere", "capsule", "ellipsoid", "cylinder", "box", "mesh"}) for backend in ("cpu", "warp")
+}
+BACKEND_NAMES = {"cpu": "MuJoCo (the CPU backend)", "warp": "MuJoCo Warp"}
+
+
+def check_collidable(model, backend: str, name: str = "terrain") -> None:
+    """Refuse ``model`` where a geom that can touch the heightfield geom ``name`` is of a type ``backend`` cannot
+    collide with a heightfield: it would fall through the ground unnoticed."""
+    import mujoco
+
+    terrain = model.geom(name).id
+    kinds = {int(v): k.removeprefix("mjGEOM_").lower() for k, v in mujoco.mjtGeom.__members__.items()}
+    blind: dict[str, list[str]] = {}
+    for geom in range(model.ngeom):
+        touches = (model.geom_contype[geom] & model.geom_conaffinity[terrain]) or (
+            model.geom_conaffinity[geom] & model.geom_contype[terrain]
+        )
+        kind = kinds[int(model.geom_type[geom])]
+        if geom != terrain and touches and kind not in HFIELD_COLLIDERS[backend]:
+            blind.setdefault(kind, []).append(model.geom(geom).name or f"geom {geom}")
+    if blind:
+        listed = "; ".join(f"{kind} ({', '.join(names)})" for kind, names in blind.items())
+        raise ValueError(
+            f"{BACKEND_NAMES[backend]} cannot collide these geoms with the terrain's heightfield: {listed}. It "
+            f"collides {', '.join(sorted(HFIELD_COLLIDERS[backend]))} geoms with one; change the robot's collision "
+            "geoms, or use flat ground (terrain=None)"
+        )
+
+
+class TerrainPlacement:
+    """Where each of ``num_envs`` environments walks, on ``device``: a column of the grid it keeps (environment ``i``
+    walks column ``i % columns``), a level that the curriculum moves, the start point of its tile, and the height scan
+    around its base.
+
+    ``levels`` (long ``[N]``) is task state that the task checkpoints. ``place`` gives the start points of a reset's
+    environments: at the first reset a level drawn uniformly from 0 to ``max_init_level``; after an episode, with
+    ``curriculum``, legged_gym's rule (``_update_terrain_curriculum``): up a level when the robot walked more than
+    half a tile from its start, down when it walked less than half the distance its command asked for over a full
+    episode, and a random level for a robot that walked off the last one.
+    """
+
+    def __init__(self, terrain: Terrain, num_envs: int, device, max_init_level: int, curriculum: bool):
+        s = terrain.settings
+        if not 0 <= max_init_level < s.levels:
+            raise ValueError(
+                f"max_init_terrain_level must be in [0, {s.levels - 1}] (levels - 1), got {max_init_level}"
+            )
+        self.terrain, self.max_init_level, self.curriculum = terrain, max_init_level, curriculum
+        self.origins = torch.as_tensor(terrain.origins, dtype=torch.float32, device=device)  # [levels, columns, 3]
+        self.columns = torch.arange(num_envs, device=device) % s.columns
+        self.levels = torch.zeros(num_envs, dtype=torch.long, device=device)
+        x, y = np.meshgrid(HEIGHT_SCAN_X, HEIGHT_SCAN_Y, indexing="ij")
+        self.scan_offsets = torch.tensor(np.stack([x.ravel(), y.ravel()], 1), dtype=torch.float32, device=device)
+
+    def place(
+        self, selection: Selection, unit: torch.Tensor, walked: torch.Tensor, commanded: torch.Tensor, starting: bool
+    ) -> torch.Tensor:
+        """The start points ``[rows, 3]`` of the selected environments (the rows that ``selection`` draws for), after
+        moving their levels: ``unit`` is a uniform draw in [0, 1) per row, ``walked`` how far each robot got from its
+        start (m), ``commanded`` how far its command would have taken it over a full episode (m); ``starting`` for the
+        first reset."""
+        count = self.origins.shape[0]
+        if starting:
+            level = (unit * (self.max_init_level + 1)).long().clamp_max(self.max_init_level)
+        else:
+            level = selection.read(self.levels)
+            if self.curriculum:
+                up = walked > self.terrain.settings.tile_size / 2
+                down = (walked < 0.5 * commanded) & ~up
+                level = level + up.long() - down.long()
+                level = torch.where(level >= count, (unit * count).long().clamp_max(count - 1), level.clamp_min(0))
+        selection.write(self.levels, level)
+        return self.origins[level, selection.read(self.columns)]
+
+    def scan(self, position: torch.Tensor, yaw: torch.Tensor) -> torch.Tensor:
+        """The height scan ``[N, HEIGHT_SCAN_SIZE]`` (m) of bases at ``position [N, 3]`` with heading ``yaw [N]``."""
+        cos, sin = torch.cos(yaw)[:, None], torch.sin(yaw)[:, None]
+        dx, dy = self.scan_offsets[:, 0], self.scan_offsets[:, 1]
+        points = torch.stack([position[:, :1] + cos * dx - sin * dy, position[:, 1:2] + sin * dx + cos * dy], dim=-1)
+        ground = self.terrain.heights_at(points)
+        return (position[:, 2:3] - HEIGHT_SCAN_BASE_OFFSET - ground).clamp(-1.0, 1.0)

@@ -22,11 +22,15 @@ same list, with sizes, is ``observation_terms`` and goes into exported metadata:
     joint_pos           J   x 1      joint positions minus the default pose (rad)
     joint_vel           J   x 0.05   joint velocities (rad/s)
     last_action         J   x 1      the previous action, after clipping
+    height_scan         187 x 5      on rough terrain with ``observe_height_scan``: the base's height less 0.5 m less
+                                     the ground's, clipped to [-1, 1] m, on a 17 x 11 grid 0.1 m apart around the
+                                     base, turned with its yaw (legged_gym's height measurements; terrain.py)
 
 Privileged critic observation (``info["critic_obs"]``, for an asymmetric critic): the policy's terms without noise,
-then base_lin_vel (3, body frame, x 2), base_height (1), foot_contact (F, 1 where a foot carries more than 1 N) and
-the randomised parameters (friction, added base mass, centre-of-mass offset (3), motor strength (J), Kp and Kd
-factors, latency in physics steps).
+then base_lin_vel (3, body frame, x 2), base_height (1, above the ground under the base), foot_contact (F, 1 where a
+foot carries more than 1 N), the randomised parameters (friction, added base mass, centre-of-mass offset (3), motor
+strength (J), Kp and Kd factors, latency in physics steps), and on rough terrain the height scan (187, x 5) where the
+policy does not see it: the critic always does.
 
 Reward: the weighted sum of the terms below, each weight a keyword (``<term>_weight``) and each term multiplied by
 the control period, as legged_gym multiplies its scales by dt, clipped at zero from below (``only_positive_rewards``,
@@ -65,6 +69,13 @@ and the base, and the command curriculum (``command_curriculum``: the v_x range 
 ``max_command_curriculum``, whenever the episodes that ended over one episode length tracked v_x at more than 80% of
 the tracking reward's maximum, as legged_gym's ``update_command_curriculum``).
 
+Rough terrain (``terrain``: a dict of ``terrain.TerrainSettings`` fields, ``{}`` for their defaults; ``None``, the
+default, is flat ground): a seeded grid of tiles (rough ground, slopes, stairs, obstacles) as one heightfield, on
+both backends. Each environment keeps a column of the grid and starts each episode within 1 m of its tile's centre;
+the level it starts on follows legged_gym's terrain curriculum (``terrain_curriculum``; terrain.TerrainPlacement):
+up after walking more than half a tile, down after walking less than half the commanded distance, starting from a
+level up to ``max_init_terrain_level``. ``terrain_level`` joins the episode metrics.
+
 Physics: the CPU backend (MuJoCo's batch API, float64) or MuJoCo Warp (float32), as ``rl_suite.envs.mujoco`` has
 them; the task's own tensors are float32 on ``device``.
 """
@@ -81,6 +92,17 @@ import torch
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco.env import BACKENDS, close_renderer, render_physics
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model, robot_config
+from rl_suite.envs.robots.terrain import (
+    HEIGHT_SCAN_BASE_OFFSET,
+    HEIGHT_SCAN_SIZE,
+    HEIGHT_SCAN_X,
+    HEIGHT_SCAN_Y,
+    SPAWN_SPREAD,
+    Terrain,
+    TerrainPlacement,
+    TerrainSettings,
+    check_collidable,
+)
 from rl_suite.registry import CONTRACT_OPTIONS, load_entry_point
 
 REWARD_TERMS = (
@@ -162,6 +184,17 @@ class VelocitySettings:
     """Give the policy the base's linear velocity (first in its observation), as legged_gym and Isaac Lab do. Off, the
     policy is blind to it (the critic always sees it), so a robot needs no velocity estimator to run it."""
 
+    terrain: dict | None = None
+    """Rough terrain: a dict of ``terrain.TerrainSettings`` fields (``{}`` for legged_gym's layout), or ``None`` for
+    flat ground."""
+    terrain_curriculum: bool = True
+    """On rough terrain, move each environment's level with how far it walked (legged_gym's terrain curriculum)."""
+    max_init_terrain_level: int = 5
+    """On rough terrain, environments start on a level drawn from 0 to this (legged_gym: 5)."""
+    observe_height_scan: bool = False
+    """On rough terrain, give the policy the height scan (last in its observation): the perceptive policy. Off, it
+    walks blind; the critic always sees the scan."""
+
     max_roll_pitch: float = 1.0
     """Episodes terminate when roll or pitch exceeds this (rad)."""
     metric_max_speed: float = 1.0
@@ -193,8 +226,8 @@ class VelocitySettings:
     """Multiplies ``obs_noise_scales``; 0 for no noise (legged_gym: 1)."""
     obs_noise_scales: dict | None = None
     """Half-widths of the uniform noise per observation term, in the term's units before scaling; None for
-    legged_gym's: base_lin_vel 0.1, base_ang_vel 0.2, projected_gravity 0.05, joint_pos 0.01, joint_vel 1.5, others
-    0."""
+    legged_gym's: base_lin_vel 0.1, base_ang_vel 0.2, projected_gravity 0.05, joint_pos 0.01, joint_vel 1.5,
+    height_scan 0.1, others 0."""
     push_velocity: float = 0.0
     """Pushes: a uniform kick of up to this much (m/s) on the base's planar velocity (legged_gym: 1.0)."""
     push_interval_s: float = 15.0
@@ -236,9 +269,40 @@ class VelocitySettings:
         unknown = sorted(set(self.obs_noise_scales or {}) - set(POLICY_TERMS))
         if unknown:
             raise ValueError(f"obs_noise_scales names unknown terms {unknown}; the terms are {list(POLICY_TERMS)}")
+        if self.terrain is None:
+            if self.observe_height_scan:
+                raise ValueError("observe_height_scan needs rough terrain: set terrain (a dict, {} for the defaults)")
+        else:
+            levels = self.terrain_settings().levels
+            if not 0 <= self.max_init_terrain_level < levels:
+                raise ValueError(
+                    f"max_init_terrain_level must be in [0, {levels - 1}] (the terrain's levels - 1), got "
+                    f"{self.max_init_terrain_level}"
+                )
+
+    def terrain_settings(self) -> TerrainSettings | None:
+        """``terrain`` as ``TerrainSettings`` (``None`` on flat ground)."""
+        if self.terrain is None:
+            return None
+        if not isinstance(self.terrain, dict):
+            raise ValueError(f"terrain must be a dict of TerrainSettings fields or None, got {self.terrain!r}")
+        fields = {f.name for f in dataclasses.fields(TerrainSettings)}
+        unknown = sorted(set(self.terrain) - fields)
+        if unknown:
+            raise ValueError(f"terrain has unknown settings {unknown}; it takes {sorted(fields)}")
+        return TerrainSettings(**self.terrain)
 
 
-POLICY_TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
+POLICY_TERMS = (
+    "base_lin_vel",
+    "base_ang_vel",
+    "projected_gravity",
+    "command",
+    "joint_pos",
+    "joint_vel",
+    "last_action",
+    "height_scan",
+)
 _OBS_SCALES = {
     "base_lin_vel": 2.0,
     "base_ang_vel": 0.25,
@@ -247,6 +311,7 @@ _OBS_SCALES = {
     "joint_pos": 1.0,
     "joint_vel": 0.05,
     "last_action": 1.0,
+    "height_scan": 5.0,
 }
 _NOISE_SCALES = {
     "base_lin_vel": 0.1,
@@ -254,6 +319,7 @@ _NOISE_SCALES = {
     "projected_gravity": 0.05,
     "joint_pos": 0.01,
     "joint_vel": 1.5,
+    "height_scan": 0.1,
 }
 
 
@@ -301,7 +367,9 @@ class LeggedVelocityEnv(VecEnv):
             raise TypeError(f"LeggedVelocityEnv got unknown settings {unknown}; it takes {sorted(fields)}")
         self.settings = s = VelocitySettings(**settings)
         self.robot = robot = robot_config(robot)
-        self.model = model = build_model(robot, s.physics_dt)
+        terrain_settings = s.terrain_settings()
+        self.terrain = Terrain(terrain_settings) if terrain_settings is not None else None
+        self.model = model = build_model(robot, s.physics_dt, terrain=self.terrain)
         self.bound = bound = bind(robot, model)
         self.dt = s.physics_dt * s.decimation
         joints, feet = len(robot.joints), len(robot.feet)
@@ -314,6 +382,7 @@ class LeggedVelocityEnv(VecEnv):
             ("joint_vel", joints),
             ("last_action", joints),
         ]
+        self.observation_terms += [("height_scan", HEIGHT_SCAN_SIZE)] if s.observe_height_scan else []
         obs_size = sum(size for _, size in self.observation_terms)
         super().__init__(
             num_envs,
@@ -330,13 +399,17 @@ class LeggedVelocityEnv(VecEnv):
             + [f"motor_strength_{j}" for j in robot.joints]
             + ["kp_factor", "kd_factor", "latency_steps"]
         )
-        critic_size = obs_size + 3 + 1 + feet + len(self.param_names)
+        # the critic always sees the ground around the base on rough terrain
+        self._critic_scan = self.terrain is not None and not s.observe_height_scan
+        critic_size = obs_size + 3 + 1 + feet + len(self.param_names) + HEIGHT_SCAN_SIZE * self._critic_scan
         self.offer_critic_observation(gym.spaces.Box(-np.inf, np.inf, (critic_size,), np.float32))
 
         if backend is None:
             backend = "cpu" if self.device.type == "cpu" else "warp"
         if backend not in BACKENDS:
             raise ValueError(f"backend must be one of {tuple(BACKENDS)} or None, got {backend!r}")
+        if self.terrain is not None:
+            check_collidable(model, backend)
         options = {"nthread": nthread} if backend == "cpu" else {}
         options.update(physics_options or {})
         physics_class = load_entry_point(BACKENDS[backend])  # a key of the table, never a name from a file
@@ -371,7 +444,7 @@ class LeggedVelocityEnv(VecEnv):
         for name, size in self.observation_terms:
             observation.append({"name": name, "size": size, "scale": scales[start : start + size]})
             start += size
-        return {
+        entry = {
             "name": robot.name,
             "mjcf": robot.mjcf,
             "joint_names": list(robot.joints),
@@ -393,6 +466,15 @@ class LeggedVelocityEnv(VecEnv):
                 "ang_vel_yaw": list(s.ang_vel_yaw_range),
             },
         }
+        if s.observe_height_scan:  # where the scan's points lie, in the order the observation lists them
+            entry["height_scan"] = {
+                "x": HEIGHT_SCAN_X.round(6).tolist(),
+                "y": HEIGHT_SCAN_Y.round(6).tolist(),
+                "order": "x-major: the point (x[i], y[j]) is entry i * len(y) + j",
+                "frame": "m from the base, in the horizontal frame turned with the base's yaw",
+                "value": f"base height - {HEIGHT_SCAN_BASE_OFFSET} m - ground height, clipped to [-1, 1] m",
+            }
+        return entry
 
     # -- set-up ---------------------------------------------------------------------------------------------
 
@@ -445,16 +527,20 @@ class LeggedVelocityEnv(VecEnv):
             ).T.contiguous(),
             "curriculum_sums": torch.zeros(2, **f32),  # tracking sums of the episodes ended in this window, their count
         }
+        self._placement = None
+        if self.terrain is not None:
+            self._placement = TerrainPlacement(self.terrain, n, dev, s.max_init_terrain_level, s.terrain_curriculum)
+            self._task_state["terrain_levels"] = self._placement.levels
+        self._starting = False  # True during reset(): the first episodes draw their terrain levels
         for name, value in self._task_state.items():
             setattr(self, f"_{name}", value)
         self._params[:, 0] = 1.0  # the nominal parameters: friction, motor strengths and gain factors 1, the rest 0
         self._params[:, 5 : 7 + joints] = 1.0
         self._steps_in_window = 0
         self._weights = torch.tensor([getattr(s, f"{term}_weight") for term in REWARD_TERMS], **f32) * self.dt
-        self._final_metrics = {
-            name: torch.zeros(n, **f32)
-            for name in ("tracking_error_lin", "tracking_error_yaw", "fell", *(f"reward_{t}" for t in REWARD_TERMS))
-        }
+        metric_names = ["tracking_error_lin", "tracking_error_yaw", "fell", *(f"reward_{t}" for t in REWARD_TERMS)]
+        metric_names += ["terrain_level"] if self.terrain is not None else []
+        self._final_metrics = {name: torch.zeros(n, **f32) for name in metric_names}
         self.episode_metric_names = tuple(self._final_metrics)
 
     def _bind_randomized_fields(self, model) -> None:
@@ -567,6 +653,7 @@ class LeggedVelocityEnv(VecEnv):
         forces = rows(physics.derived["cfrc_ext"]).index_select(1, self._contact_bodies)[..., 3:].to(dev, torch.float32)
         gravity = self._gravity if sim_ids is None else self._gravity[: len(sim_ids)]
         return {
+            "position": qpos[:, :3],
             "height": qpos[:, 2],
             "yaw": yaw_of(quat),
             "lin_vel": quat_rotate_inverse(quat, qvel[:, :3]),
@@ -600,7 +687,9 @@ class LeggedVelocityEnv(VecEnv):
         def rows(task_state: torch.Tensor) -> torch.Tensor:
             return task_state if env_ids is None else task_state.index_select(0, env_ids)
 
-        lin_vel = [state["lin_vel"]] if self.settings.observe_base_lin_vel else []
+        s = self.settings
+        lin_vel = [state["lin_vel"]] if s.observe_base_lin_vel else []
+        scan = self._placement.scan(state["position"], state["yaw"]) if self._placement is not None else None
         clean = torch.cat(
             [
                 *lin_vel,
@@ -610,17 +699,22 @@ class LeggedVelocityEnv(VecEnv):
                 state["joint_pos"],
                 state["joint_vel"],
                 rows(self._last_actions),
+                *([scan] if s.observe_height_scan else []),
             ],
             dim=1,
         ).mul_(self._obs_scale)
         contact = (state["forces"][:, self._feet_rows, 2] > 1.0).float()
+        height = state["height"]
+        if self.terrain is not None:
+            height = height - self.terrain.heights_at(state["position"][:, :2])
         critic = torch.cat(
             [
                 clean,
                 state["lin_vel"] * _OBS_SCALES["base_lin_vel"],
-                state["height"][:, None],
+                height[:, None],
                 contact,
                 rows(self._params),
+                *([scan * _OBS_SCALES["height_scan"]] if self._critic_scan else []),
             ],
             dim=1,
         )
@@ -659,6 +753,8 @@ class LeggedVelocityEnv(VecEnv):
         metrics["fell"].copy_(self._terminated.float() * ended)
         for i, term in enumerate(REWARD_TERMS):
             metrics[f"reward_{term}"].copy_(sums[:, i])
+        if self._placement is not None:
+            metrics["terrain_level"].copy_(self._placement.levels.float())
         if s.command_curriculum:
             self._curriculum_sums += torch.stack([sums[:, 0].sum(), ended.sum()])
             self._steps_in_window += 1
@@ -710,10 +806,14 @@ class LeggedVelocityEnv(VecEnv):
             ids = selection.mask.to(physics.device).nonzero().squeeze(1)
         if self._randomized or s.max_latency_steps:
             self._randomize(selection, ids)
+        if self._placement is not None:
+            start = self._place_on_terrain(selection)  # before physics.reset: how far each robot walked
         physics.reset(ids)
         draws = selection.uniform(rng, -1.0, 1.0, 2 * joints + 6, f32)
         qpos = torch.as_tensor(self.model.qpos0, **sim).expand(draws.shape[0], -1).clone()
         qpos[:, 2] = robot.init_base_height
+        if self._placement is not None:
+            qpos[:, :3] += start.to(**sim)
         qpos[:, self._qpos_ids] = (self._default_pos + s.reset_joint_pos_noise * draws[:, :joints]).to(**sim)
         qvel = torch.zeros(draws.shape[0], self.model.nv, **sim)
         qvel[:, :6] = (s.reset_base_vel_noise * draws[:, 2 * joints :]).to(**sim)
@@ -738,6 +838,27 @@ class LeggedVelocityEnv(VecEnv):
         if self._noisy:
             noise = selection.uniform(rng, -1.0, 1.0, self._noise.shape[1], f32) * self._noise_half_width
             selection.write(self._noise, noise)
+
+    def _place_on_terrain(self, selection: Selection) -> torch.Tensor:
+        """The selected environments' start points on the terrain ``[rows, 3]``: their tile's centre (after the
+        terrain curriculum moved their levels), plus a uniform offset of up to ``SPAWN_SPREAD`` m in x and y
+        (legged_gym's). How far a robot walked is measured from its tile's centre, as legged_gym measures it."""
+        placement = self._placement
+        draws = selection.uniform(self.rng, 0.0, 1.0, 3, torch.float32)
+        position = selection.read(self.physics.qpos)[:, :2].to(self.device, torch.float32)
+        origin = placement.origins[selection.read(placement.levels), selection.read(placement.columns)]
+        walked = (position - origin[:, :2]).norm(dim=1)
+        commanded = selection.read(self._commands)[:, :2].norm(dim=1) * self.settings.episode_length_s
+        start = placement.place(selection, draws[:, 0], walked, commanded, self._starting).clone()
+        start[:, :2] += SPAWN_SPREAD * (2 * draws[:, 1:] - 1)
+        return start
+
+    def reset(self, seed: int | None = None) -> torch.Tensor:
+        self._starting = True  # the first episodes draw their terrain levels
+        try:
+            return super().reset(seed)
+        finally:
+            self._starting = False
 
     def _randomize(self, selection: Selection, ids: torch.Tensor) -> None:
         """Draw the sim-to-real kit's per-environment parameters for the selected environments."""
