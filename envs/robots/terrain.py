@@ -154,7 +154,7 @@ class Terrain:
                     (column + 0.5) * s.tile_size,
                     tile[centre].max(),
                 )
-        self._on_device: dict[torch.device, torch.Tensor] = {}
+        self._on_device: dict[torch.device, tuple[torch.Tensor, torch.Tensor]] = {}  # heights, last indices
 
     @property
     def size(self) -> tuple[float, float]:
@@ -192,12 +192,12 @@ class Terrain:
         """The terrain's height (m) under each world point ``xy[..., 2]``: MuJoCo's surface (the samples joined by
         two triangles per cell), the border's height beyond the heightfield. On ``xy``'s device, without a host
         sync."""
-        heights = self._on_device.get(xy.device)
-        if heights is None:
-            heights = self._on_device[xy.device] = torch.as_tensor(self.heights, dtype=torch.float32, device=xy.device)
+        if xy.device not in self._on_device:
+            heights = torch.as_tensor(self.heights, dtype=torch.float32, device=xy.device)
+            self._on_device[xy.device] = heights, torch.tensor(heights.shape, device=xy.device) - 1
+        heights, upper = self._on_device[xy.device]
         s = self.settings
         grid = (xy + s.border) / s.horizontal_scale
-        upper = torch.tensor(heights.shape, device=xy.device) - 1
         grid = torch.minimum(grid.clamp_min(0.0), upper.to(grid.dtype))
         low = torch.minimum(grid.floor().long(), upper - 1)
         t = grid - low
