@@ -35,6 +35,7 @@ import torch
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco import tasks as task_module
 from rl_suite.envs.mujoco.physics import PhysicsBackend
+from rl_suite.envs.mujoco.reset_bank import ResetBank, attached
 from rl_suite.registry import load_entry_point
 
 # The physics backends by name (``MujocoVecEnv(backend=...)``): entry points of ``PhysicsBackend`` classes, each
@@ -117,6 +118,8 @@ class MujocoVecEnv(VecEnv):
         warp_options: keyword arguments for the Warp backend (``nconmax``, ``njmax``).
         physics_options: keyword arguments for the backend's constructor, over the two above (any backend).
         randomize_mass, randomize_friction: model randomisation half-widths (see the module docstring); 0 for none.
+        reset_bank, reset_bank_fraction: a reset bank's file (``reset_bank.ResetBank.save``) and the probability
+            that an episode starts from one of its states; ``use_reset_bank`` attaches a bank in code.
         task_kwargs: the task's settings, named as gymnasium names them (``reset_noise_scale``,
             ``ctrl_cost_weight``, ...). A name the task does not have is refused.
     """
@@ -141,6 +144,8 @@ class MujocoVecEnv(VecEnv):
         masked_resets: bool | None = None,
         randomize_mass: float = 0.0,
         randomize_friction: float = 0.0,
+        reset_bank: str | None = None,
+        reset_bank_fraction: float = 0.5,
         **task_kwargs,
     ):
         for name, value in (("randomize_mass", randomize_mass), ("randomize_friction", randomize_friction)):
@@ -189,6 +194,14 @@ class MujocoVecEnv(VecEnv):
         self._position = torch.zeros(self.num_envs, self.task.position_size, device=sim, dtype=dtype)
         self._all_rows = PhysicsRows(self.physics)
         self._randomized = self._bind_randomized_fields(model)
+        self.reset_bank, self.reset_bank_fraction = None, 0.0
+        if reset_bank is not None:
+            self.use_reset_bank(ResetBank.load(reset_bank, model), reset_bank_fraction)
+
+    def use_reset_bank(self, bank: ResetBank | None, fraction: float = 0.5) -> None:
+        """Start each episode from one of ``bank``'s states with probability ``fraction`` (``None``: no bank). The
+        bank must be of this env's model; its states go to the physics' device and precision."""
+        self.reset_bank, self.reset_bank_fraction = attached(bank, fraction, self.model, self.physics)
 
     def _bind_randomized_fields(self, model: mujoco.MjModel) -> dict[str, tuple[torch.Tensor, torch.Tensor]]:
         """The per-environment model fields the randomisation writes, with their nominal values: ``{name: (field
@@ -256,6 +269,8 @@ class MujocoVecEnv(VecEnv):
     def _reset_envs(self, selection: Selection):
         physics = self.physics
         qpos, qvel = self.task.initial_state(selection, self.rng, self._init_qpos, self._init_qvel)
+        if self.reset_bank is not None:
+            qpos, qvel = self.reset_bank.mix(selection, self.rng, qpos, qvel, self.reset_bank_fraction)
         if selection.ids is not None:
             ids = selection.ids.to(physics.device)
             if self._randomized:
@@ -308,6 +323,7 @@ class MujocoVecEnv(VecEnv):
             "position": self._position.clone(),
             **self._episode_state_dict(),
             **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
+            **({"reset_bank": self.reset_bank.state_dict()} if self.reset_bank is not None else {}),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -317,6 +333,10 @@ class MujocoVecEnv(VecEnv):
             self.physics.set_const()  # the state rows below then overwrite what it clobbered
         self.physics.state.copy_(state["physics"])
         self._position.copy_(state["position"])
+        if ("reset_bank" in state) != (self.reset_bank is not None):
+            raise ValueError("the checkpoint and this env disagree on a reset bank: attach the same bank to resume")
+        if self.reset_bank is not None:
+            self.reset_bank.load_state_dict(state["reset_bank"])  # the states recorded since it was attached
         self._load_episode_state_dict(state)
 
     # -- rendering ----------------------------------------------------------------------------------------

@@ -91,6 +91,7 @@ import torch
 
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco.env import BACKENDS, close_renderer, render_physics
+from rl_suite.envs.mujoco.reset_bank import ResetBank, attached
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model, robot_config
 from rl_suite.envs.robots.terrain import (
     HEIGHT_SCAN_BASE_OFFSET,
@@ -194,6 +195,11 @@ class VelocitySettings:
     observe_height_scan: bool = False
     """On rough terrain, give the policy the height scan (last in its observation): the perceptive policy. Off, it
     walks blind; the critic always sees the scan."""
+
+    reset_bank: str | None = None
+    """A reset bank's file (``rl_suite.envs.mujoco.reset_bank``): episodes start from its states with probability
+    ``reset_bank_fraction``, the rest from the task's own reset; ``use_reset_bank`` attaches a bank in code."""
+    reset_bank_fraction: float = 0.5
 
     max_roll_pitch: float = 1.0
     """Episodes terminate when roll or pitch exceeds this (rad)."""
@@ -419,6 +425,15 @@ class LeggedVelocityEnv(VecEnv):
         self.backend = backend
         self._bind_tensors(model, bound)
         self._bind_randomized_fields(model)
+        self.reset_bank, self.reset_bank_fraction = None, 0.0
+        if s.reset_bank is not None:
+            self.use_reset_bank(ResetBank.load(s.reset_bank, model), s.reset_bank_fraction)
+
+    def use_reset_bank(self, bank: ResetBank | None, fraction: float = 0.5) -> None:
+        """Start each episode from one of ``bank``'s states with probability ``fraction`` (``None``: no bank),
+        as ``MujocoVecEnv.use_reset_bank`` does. A bank state's base position is relative to the episode's start
+        point (the origin on flat ground, the tile's start on rough terrain), its height above the ground there."""
+        self.reset_bank, self.reset_bank_fraction = attached(bank, fraction, self.model, self.physics)
 
     @classmethod
     def accepted_keywords(cls, **registered) -> list[str]:
@@ -812,12 +827,14 @@ class LeggedVelocityEnv(VecEnv):
         draws = selection.uniform(rng, -1.0, 1.0, 2 * joints + 6, f32)
         qpos = torch.as_tensor(self.model.qpos0, **sim).expand(draws.shape[0], -1).clone()
         qpos[:, 2] = robot.init_base_height
-        if self._placement is not None:
-            qpos[:, :3] += start.to(**sim)
         qpos[:, self._qpos_ids] = (self._default_pos + s.reset_joint_pos_noise * draws[:, :joints]).to(**sim)
         qvel = torch.zeros(draws.shape[0], self.model.nv, **sim)
         qvel[:, :6] = (s.reset_base_vel_noise * draws[:, 2 * joints :]).to(**sim)
         qvel[:, self._dof_ids] = (s.reset_joint_vel_noise * draws[:, joints : 2 * joints]).to(**sim)
+        if self.reset_bank is not None:  # a bank state's base position is relative to the start point, as ours
+            qpos, qvel = self.reset_bank.mix(selection, rng, qpos, qvel, self.reset_bank_fraction)
+        if self._placement is not None:
+            qpos[:, :3] += start.to(**sim)
         targets = self._default_pos_sim.expand(draws.shape[0], -1)
         if selection.ids is not None:
             physics.qpos.index_copy_(0, ids, qpos)
@@ -945,6 +962,7 @@ class LeggedVelocityEnv(VecEnv):
             "task.steps_in_window": torch.tensor(self._steps_in_window),
             **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
             "critic_obs": self._critic_obs.clone(),
+            **({"reset_bank": self.reset_bank.state_dict()} if self.reset_bank is not None else {}),
             **self._episode_state_dict(),
         }
 
@@ -959,4 +977,8 @@ class LeggedVelocityEnv(VecEnv):
             value.copy_(state[f"task.{name}"])
         self._steps_in_window = int(state["task.steps_in_window"])
         self._critic_obs.copy_(state["critic_obs"])
+        if ("reset_bank" in state) != (self.reset_bank is not None):
+            raise ValueError("the checkpoint and this env disagree on a reset bank: attach the same bank to resume")
+        if self.reset_bank is not None:
+            self.reset_bank.load_state_dict(state["reset_bank"])
         self._load_episode_state_dict(state)
