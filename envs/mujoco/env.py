@@ -35,7 +35,7 @@ import torch
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco import tasks as task_module
 from rl_suite.envs.mujoco.physics import PhysicsBackend
-from rl_suite.envs.mujoco.reset_bank import ResetBank, attached
+from rl_suite.envs.mujoco.reset_bank import ResetBank, attached, bank_checkpoint, restore_bank
 from rl_suite.registry import load_entry_point
 
 # The physics backends by name (``MujocoVecEnv(backend=...)``): entry points of ``PhysicsBackend`` classes, each
@@ -323,7 +323,7 @@ class MujocoVecEnv(VecEnv):
             "position": self._position.clone(),
             **self._episode_state_dict(),
             **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
-            **({"reset_bank": self.reset_bank.state_dict()} if self.reset_bank is not None else {}),
+            **bank_checkpoint(self.reset_bank),
         }
 
     def load_state_dict(self, state: dict[str, torch.Tensor]) -> None:
@@ -333,10 +333,7 @@ class MujocoVecEnv(VecEnv):
             self.physics.set_const()  # the state rows below then overwrite what it clobbered
         self.physics.state.copy_(state["physics"])
         self._position.copy_(state["position"])
-        if ("reset_bank" in state) != (self.reset_bank is not None):
-            raise ValueError("the checkpoint and this env disagree on a reset bank: attach the same bank to resume")
-        if self.reset_bank is not None:
-            self.reset_bank.load_state_dict(state["reset_bank"])  # the states recorded since it was attached
+        restore_bank(self.reset_bank, state)  # with the states recorded since it was attached
         self._load_episode_state_dict(state)
 
     # -- rendering ----------------------------------------------------------------------------------------

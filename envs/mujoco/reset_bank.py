@@ -51,6 +51,19 @@ def attached(bank: ResetBank | None, fraction: float, model, physics) -> tuple[R
     return bank.to(physics.device, physics.dtype), float(fraction)
 
 
+def bank_checkpoint(bank: ResetBank | None) -> dict:
+    """What an environment's ``state_dict`` holds of its bank (the states recorded so far): nothing without one."""
+    return {"reset_bank": bank.state_dict()} if bank is not None else {}
+
+
+def restore_bank(bank: ResetBank | None, state: dict) -> None:
+    """Load ``bank_checkpoint``'s part of an environment's ``state`` into its ``bank``."""
+    if ("reset_bank" in state) != (bank is not None):
+        raise ValueError("the checkpoint and this env disagree on a reset bank: attach the same bank to resume")
+    if bank is not None:
+        bank.load_state_dict(state["reset_bank"])
+
+
 class ResetBank:
     """States to start episodes from (see the module docstring). ``capacity`` (default: as many as given) bounds
     what ``record`` keeps: beyond it, the oldest states are overwritten."""

@@ -51,7 +51,7 @@ SPAWN_SPREAD = 1.0  # m: robots start up to this far from their tile's centre in
 
 @dataclasses.dataclass(frozen=True)
 class TerrainSettings:
-    """The terrain's shape; every field is also a task keyword (``terrain_<field>``)."""
+    """The terrain's shape: the legged task's ``terrain`` keyword is a dict of these fields."""
 
     levels: int = 10
     """Rows of tiles along x, one per difficulty level (legged_gym: 10)."""
@@ -84,8 +84,9 @@ class TerrainSettings:
     def __post_init__(self):
         pairs = self.proportions.items() if isinstance(self.proportions, dict) else self.proportions
         object.__setattr__(self, "proportions", tuple((str(kind), float(share)) for kind, share in pairs))
-        if not (isinstance(self.levels, int) and self.levels >= 1 and isinstance(self.columns, int)):
-            raise ValueError(f"terrain levels must be a positive integer, got {self.levels!r}")
+        for name in ("levels", "columns"):
+            if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
+                raise ValueError(f"terrain {name} must be a positive integer, got {getattr(self, name)!r}")
         for name in ("tile_size", "horizontal_scale", "platform_size"):
             if not getattr(self, name) > 0:
                 raise ValueError(f"terrain {name} must be positive, got {getattr(self, name)!r}")
@@ -283,17 +284,13 @@ class TerrainPlacement:
 
     ``levels`` (long ``[N]``) is task state that the task checkpoints. ``place`` gives the start points of a reset's
     environments: at the first reset a level drawn uniformly from 0 to ``max_init_level``; after an episode, with
-    ``curriculum``, legged_gym's rule (``_update_terrain_curriculum``): up a level when the robot walked more than
-    half a tile from its start, down when it walked less than half the distance its command asked for over a full
+    ``curriculum``, legged_gym's rule (``_update_terrain_curriculum``): up a level when the robot got more than half
+    a tile from its tile's centre, down when it walked less than half the distance its command asked for over a full
     episode, and a random level for a robot that walked off the last one.
     """
 
     def __init__(self, terrain: Terrain, num_envs: int, device, max_init_level: int, curriculum: bool):
         s = terrain.settings
-        if not 0 <= max_init_level < s.levels:
-            raise ValueError(
-                f"max_init_terrain_level must be in [0, {s.levels - 1}] (levels - 1), got {max_init_level}"
-            )
         self.terrain, self.max_init_level, self.curriculum = terrain, max_init_level, curriculum
         self.origins = torch.as_tensor(terrain.origins, dtype=torch.float32, device=device)  # [levels, columns, 3]
         self.columns = torch.arange(num_envs, device=device) % s.columns
@@ -306,8 +303,8 @@ class TerrainPlacement:
     ) -> torch.Tensor:
         """The start points ``[rows, 3]`` of the selected environments (the rows that ``selection`` draws for), after
         moving their levels: ``unit`` is a uniform draw in [0, 1) per row, ``walked`` how far each robot got from its
-        start (m), ``commanded`` how far its command would have taken it over a full episode (m); ``starting`` for the
-        first reset."""
+        tile's centre (m), ``commanded`` how far its command would have taken it over a full episode (m);
+        ``starting`` for the first reset."""
         count = self.origins.shape[0]
         if starting:
             level = (unit * (self.max_init_level + 1)).long().clamp_max(self.max_init_level)

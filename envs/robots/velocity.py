@@ -91,7 +91,7 @@ import torch
 
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco.env import BACKENDS, close_renderer, render_physics
-from rl_suite.envs.mujoco.reset_bank import ResetBank, attached
+from rl_suite.envs.mujoco.reset_bank import ResetBank, attached, bank_checkpoint, restore_bank
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model, robot_config
 from rl_suite.envs.robots.terrain import (
     HEIGHT_SCAN_BASE_OFFSET,
@@ -962,7 +962,7 @@ class LeggedVelocityEnv(VecEnv):
             "task.steps_in_window": torch.tensor(self._steps_in_window),
             **{f"model.{name}": field.clone() for name, (field, _) in self._randomized.items()},
             "critic_obs": self._critic_obs.clone(),
-            **({"reset_bank": self.reset_bank.state_dict()} if self.reset_bank is not None else {}),
+            **bank_checkpoint(self.reset_bank),
             **self._episode_state_dict(),
         }
 
@@ -977,8 +977,5 @@ class LeggedVelocityEnv(VecEnv):
             value.copy_(state[f"task.{name}"])
         self._steps_in_window = int(state["task.steps_in_window"])
         self._critic_obs.copy_(state["critic_obs"])
-        if ("reset_bank" in state) != (self.reset_bank is not None):
-            raise ValueError("the checkpoint and this env disagree on a reset bank: attach the same bank to resume")
-        if self.reset_bank is not None:
-            self.reset_bank.load_state_dict(state["reset_bank"])
+        restore_bank(self.reset_bank, state)
         self._load_episode_state_dict(state)
