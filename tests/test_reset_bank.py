@@ -151,3 +151,43 @@ def test_the_legged_task_starts_from_bank_states_placed_at_each_episodes_start_p
             assert ((qpos[:, :2] - origin[:, :2] - lying[chosen, :2]).abs() <= 1.0 + 1e-6).all()
     with pytest.raises(ValueError, match="made for another model"):
         env.use_reset_bank(ResetBank(torch.zeros(1, 9), torch.zeros(1, 9), cheetah(1).model))
+
+
+# -- recovery: a bank of fallen poses (rl_suite/envs/robots/recovery.py) ------------------------------------------
+
+
+def test_dropped_robots_lie_in_varied_fallen_poses_seeded():
+    from rl_suite.envs.robots.recovery import fallen_bank
+    from rl_suite.envs.robots.velocity import quat_rotate_inverse
+
+    bank = fallen_bank("quadruped", count=24, seed=0)
+    again = fallen_bank("quadruped", count=24, seed=0)
+    torch.testing.assert_close(bank.qpos, again.qpos, rtol=0, atol=0)
+    qpos = bank.qpos[: len(bank)]
+    assert (qpos[:, :2] == 0).all() and (qpos[:, 2] > 0.0).all() and (qpos[:, 2] < 0.45).all()  # down, not buried
+    gravity = quat_rotate_inverse(qpos[:, 3:7].float(), torch.tensor([[0.0, 0.0, -1.0]]).expand(24, 3))
+    upright = gravity[:, 2] < -0.9
+    assert upright.float().mean() < 0.5  # most lie tilted, on a side or on the back ...
+    assert (gravity[:, 2] > 0.5).any() and (gravity[:, 2].abs() < 0.5).any()  # ... both occur
+
+
+def test_fallen_starts_get_their_grace_before_a_fall_ends_the_episode():
+    from rl_suite.envs.robots.recovery import fallen_bank
+    from rl_suite.envs.robots.velocity import LeggedVelocityEnv
+
+    bank = fallen_bank("quadruped", count=16, seed=1)
+    ended_at = {}
+    for grace in (0.0, 0.5):
+        env = LeggedVelocityEnv(8, seed=0, nthread=1, fall_grace_s=grace)
+        env.use_reset_bank(bank, fraction=1.0)
+        env.reset(seed=0)
+        first = torch.full((8,), -1)
+        for step in range(1, 41):
+            _, _, terminated, _, _ = env.step(torch.zeros(8, 12))  # standing offsets: nobody gets up
+            first = torch.where((first < 0) & terminated, step, first)
+        ended_at[grace] = first
+    # lying robots end at once without grace, and at the first step after 0.5 s (25 steps) with it
+    assert (ended_at[0.0] == 1).float().mean() > 0.5, ended_at
+    assert ((ended_at[0.5] == -1) | (ended_at[0.5] >= 26)).all() and (ended_at[0.5] == 26).any(), ended_at
+    with pytest.raises(ValueError, match="fall_grace_s must be at least 0"):
+        LeggedVelocityEnv(1, fall_grace_s=-1.0)

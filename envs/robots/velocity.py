@@ -51,7 +51,8 @@ legged_gym's default). Per-term episode sums are reported in
     termination         1 on the step that ends an episode by termination (not by the time limit)
 
 Termination: a contact of more than 1 N on a ``termination_contacts`` body (the trunk), or roll or pitch beyond
-``max_roll_pitch``. Time limits (``episode_length_s``) are truncations.
+``max_roll_pitch``, after the first ``fall_grace_s`` of the episode (0 by default). Time limits
+(``episode_length_s``) are truncations.
 
 Episode metrics (``info["episode_metrics"]``, ``[N]`` tensors valid where ``info["done"]``): ``tracking_error_lin``,
 the RMS of |cmd_xy - v_xy| (m/s) over the episode's steps whose command speed is at most ``metric_max_speed`` (NaN
@@ -203,6 +204,9 @@ class VelocitySettings:
 
     max_roll_pitch: float = 1.0
     """Episodes terminate when roll or pitch exceeds this (rad)."""
+    fall_grace_s: float = 0.0
+    """For this long after an episode starts (s), trunk contact and tilt do not end it: the time a robot started
+    from a fallen pose (a reset bank of ``recovery.fallen_states``) has to get up."""
     metric_max_speed: float = 1.0
     """``tracking_error_lin`` counts the steps whose command speed |cmd_xy| is at most this (m/s)."""
 
@@ -264,6 +268,8 @@ class VelocitySettings:
             value = getattr(self, name)
             if value is not None and value[0] < 0:
                 raise ValueError(f"{name} must not be negative, got {value!r}")
+        if not self.fall_grace_s >= 0:
+            raise ValueError(f"fall_grace_s must be at least 0 (s), got {self.fall_grace_s!r}")
         if self.decimation < 1 or self.physics_dt <= 0 or self.episode_length_s <= 0:
             raise ValueError("decimation must be >= 1, physics_dt and episode_length_s positive")
         if not 0.0 <= self.standing_probability <= 1.0:
@@ -609,7 +615,10 @@ class LeggedVelocityEnv(VecEnv):
         roll = torch.atan2(gravity[:, 1].abs(), -gravity[:, 2])
         pitch = torch.asin(gravity[:, 0].abs().clamp(max=1.0))
         trunk_contact = (forces[:, self._termination_rows].norm(dim=2) > 1.0).any(1)
-        self._terminated.copy_(trunk_contact | (roll > s.max_roll_pitch) | (pitch > s.max_roll_pitch))
+        fallen = trunk_contact | (roll > s.max_roll_pitch) | (pitch > s.max_roll_pitch)
+        if s.fall_grace_s:  # a robot started on its back has this long to get up
+            fallen &= step_number * self.dt > s.fall_grace_s
+        self._terminated.copy_(fallen)
         contact = forces[:, self._feet_rows, 2] > 1.0
         first_contact = (self._air_time > 0) & (contact | self._last_contacts)
         self._air_time += self.dt
