@@ -7,7 +7,9 @@ leaves behind its run directory:
     events.out.tfevents* TensorBoard scalars (and evaluation videos)
     videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
-    summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve), and threshold
+    summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve: each evaluation's
+                         metrics, with the training episodes' task metrics of the last log window as rollout_<name>),
+                         and threshold
 
 Under ``torchrun`` every rank runs this loop on its own envs with an identical copy of the agent (see
 rl_suite/distributed.py). Rank 0 alone logs, evaluates and writes the run directory; env-step counts are global (all
@@ -205,6 +207,9 @@ class Runner:
         self.video_env = None
         self.last_eval: dict[str, Any] | None = None
         self.last_rollout_return: float | None = None
+        # the training episodes' task metrics of the last window that defined them, for the evaluation rows: what the
+        # training environments face (a terrain curriculum's level) can differ from the evaluation's
+        self.last_rollout_metrics: dict[str, float] = {}
         self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
         if resume:
@@ -281,6 +286,9 @@ class Runner:
             # a metric that no episode of the window defined (NaN) is left out, as the return is when none ended
             task_metrics = {f"rollout/{name}": episodes[name] for name in self.env.episode_metric_names}
             values.update({name: value for name, value in task_metrics.items() if value == value})
+            self.last_rollout_metrics.update(
+                {name.removeprefix("rollout/"): value for name, value in task_metrics.items() if value == value}
+            )
         logger.scalars(steps, values)
         # A window in which no episode ended shows the last known return (or none yet), never NaN.
         self.last_rollout_return = values.get("rollout/episode_return", self.last_rollout_return)
@@ -302,6 +310,7 @@ class Runner:
             row["win_rate"] = scalars["eval/win_rate"] = self.last_eval["win_rate"]
         for name in self.eval_env.episode_metric_names:
             row[name] = scalars[f"eval/{name}"] = self.last_eval[name]
+        row.update({f"rollout_{name}": value for name, value in self.last_rollout_metrics.items()})
         self.evaluations.append(row)
         logger.scalars(self.env_steps, scalars)
         for metric, target in self._targets():

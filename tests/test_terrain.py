@@ -296,3 +296,27 @@ def test_a_robot_geom_the_backend_cannot_collide_with_a_heightfield_is_refused(m
         "RL_foot). It collides box, capsule geoms with one"
     )
     rough(1, backend="cpu")  # the CPU backend's table still has spheres
+
+
+def test_a_training_run_reports_the_curriculums_level_beside_the_evaluations(tmp_path):
+    """The evaluation envs start on their own levels, so the summary's rows also carry the training episodes' level
+    (``rollout_terrain_level``, from the last log window): the terrain level reached, against wall-clock."""
+    import json
+
+    import rl_suite
+    from rl_suite.agents import PPO
+
+    env = rl_suite.make("QuadrupedVelocity-Rough-v0", num_envs=4, seed=0, episode_length_s=0.1, **ROUGH)
+    agent = PPO.for_env(env, PPO.Config(n_steps=8, epochs=1, minibatches=1, hidden=(16,)))
+    agent.learn(
+        env,
+        total_steps=96,
+        run_dir=tmp_path / "run",
+        log_every_steps=32,
+        eval_every_steps=64,
+        eval_episodes=2,
+        progress=False,
+        env_kwargs=dict(episode_length_s=0.1, **ROUGH),
+    )
+    rows = json.loads((tmp_path / "run" / "summary.json").read_text())["evaluations"]
+    assert rows and all(0 <= row["rollout_terrain_level"] <= 3 and "terrain_level" in row for row in rows), rows
