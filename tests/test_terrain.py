@@ -70,6 +70,13 @@ def test_slopes_rise_or_fall_at_0_4_times_the_difficulty_from_a_flat_platform():
             assert np.all(heights[outside == 0] == 0)
 
 
+def test_a_difficulty_range_makes_a_test_course_of_15_degree_slopes():
+    terrain = one_kind("slope_up", levels=1, difficulty_range=[0.6699, 0.6699])  # tan(15 deg) / 0.4
+    heights, x, y = tile(terrain, level=0)
+    rise = np.diff(heights[:, heights.shape[1] // 2])[-5:] / terrain.settings.horizontal_scale
+    np.testing.assert_allclose(np.degrees(np.arctan(rise)), 15.0, atol=0.01)
+
+
 def test_stairs_have_steps_of_0_31_m_and_0_05_plus_0_18_d_in_height():
     for kind, sign in (("stairs_up", 1), ("stairs_down", -1)):
         terrain = one_kind(kind)
@@ -131,6 +138,7 @@ def test_the_terrain_is_a_function_of_its_seed():
         (dict(proportions=(("rough", -1.0), ("stairs_up", 2.0))), "non-negative with a positive sum"),
         (dict(columns=1, proportions=(("rough", 1.0), ("stairs_up", 1.0))), "columns (1) must be at least"),
         (dict(border=-1.0), "border must be at least 0"),
+        (dict(difficulty_range=(0.5, 0.2)), "difficulty_range must be 0 <= low <= high"),
     ],
 )
 def test_bad_terrain_settings_get_errors_that_name_them(settings, message):

@@ -1,10 +1,11 @@
 """Rough terrain for the legged tasks: a grid of tiles, generated from a seed, simulated as one MuJoCo heightfield.
 
 Layout (legged_gym's curriculum terrain, ``Terrain.curiculum`` in legged_gym/utils/terrain.py): ``levels`` rows of
-tiles along x, whose difficulty ``d = level / levels`` rises from 0 with the row, and ``columns`` columns along y,
-each of one kind, the kinds taking the columns in the shares of ``proportions``. A tile is ``tile_size`` m square
-(legged_gym: 8 m) with a flat platform of ``platform_size`` m (3 m) at its centre, where robots start; a flat
-``border`` surrounds the grid. The grid's corner, tile (0, 0)'s, is the world's origin.
+tiles along x, whose difficulty ``d = level / levels`` rises from 0 with the row (``difficulty_range`` maps it onto
+another range: a test course of 15-degree slopes is one level at ``d = tan(15 deg) / 0.4``), and ``columns``
+columns along y, each of one kind, the kinds taking the columns in the shares of ``proportions``. A tile is
+``tile_size`` m square (legged_gym: 8 m) with a flat platform of ``platform_size`` m (3 m) at its centre, where
+robots start; a flat ``border`` surrounds the grid. The grid's corner, tile (0, 0)'s, is the world's origin.
 
 The kinds, named for what a robot meets walking away from its tile's centre, and how ``d`` shapes them (legged_gym's
 ``Terrain.make_terrain`` numbers unless noted):
@@ -77,6 +78,8 @@ class TerrainSettings:
     """(kind, share) pairs, or a ``{kind: share}`` mapping: each kind's share of the columns. The default mixes Isaac
     Lab's rough-terrain shares (stairs up and down, boxes and random rough 0.2 each, slopes 0.2) with legged_gym's
     rough slopes."""
+    difficulty_range: tuple[float, float] = (0.0, 1.0)
+    """Level ``l`` has difficulty ``low + (high - low) * l / levels``: legged_gym's ``l / levels`` by default."""
     seed: int = 0
     """The random tiles' seed (rough ground and obstacles): the same seed, the same terrain, whatever the task's
     own seed."""
@@ -84,6 +87,10 @@ class TerrainSettings:
     def __post_init__(self):
         pairs = self.proportions.items() if isinstance(self.proportions, dict) else self.proportions
         object.__setattr__(self, "proportions", tuple((str(kind), float(share)) for kind, share in pairs))
+        low, high = (float(v) for v in self.difficulty_range)
+        object.__setattr__(self, "difficulty_range", (low, high))
+        if not 0.0 <= low <= high:
+            raise ValueError(f"terrain difficulty_range must be 0 <= low <= high, got {self.difficulty_range}")
         for name in ("levels", "columns"):
             if not (isinstance(getattr(self, name), int) and getattr(self, name) >= 1):
                 raise ValueError(f"terrain {name} must be a positive integer, got {getattr(self, name)!r}")
@@ -145,7 +152,8 @@ class Terrain:
         x, y = np.meshgrid(local, local, indexing="ij")
         centre = np.maximum(np.abs(x), np.abs(y)) <= 1.0
         for level in range(s.levels):
-            difficulty = level / s.levels
+            low, high = s.difficulty_range
+            difficulty = low + (high - low) * level / s.levels
             for column, kind in enumerate(self.kinds):
                 tile = _tile(kind, difficulty, x, y, s, rng)
                 rows, cols = pad + level * n, pad + column * n
