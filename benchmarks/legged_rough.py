@@ -1,0 +1,225 @@
+"""PPO on rough terrain on this machine's CPU: the terrain level the curriculum reaches against wall-clock, and how
+often the trained policy climbs 5 cm steps and 15-degree slopes, against standing and random play.
+
+Each seed (``--seeds``, default 0 1 2) trains ``rl-suite train ppo QuadrupedVelocity-Rough-v0`` with its shipped
+settings (``agents/hyperparams/ppo.yaml``: the perceptive policy, with the height scan) for ``--minutes`` of
+wall-clock, evaluations included, one run after another with the whole machine. At every evaluation the run records
+the training episodes' mean terrain level (``rollout_terrain_level``: legged_gym's curriculum, levels 0 to 9) beside
+the evaluation's tracking error and falls.
+
+Then each seed's final policy walks two test courses, one tile each (``COURSES``), 32 robots per course, each
+commanded straight ahead at 0.5 m/s for 15 s from within 1 m of the tile's centre: stairs up of 5 cm steps (0.31 m
+deep) and a 15-degree slope up. A robot succeeds when it gets 3 m from the tile's centre (1.5 m past the platform's
+edge) before it falls. Standing (zero action) and random (N(0, 1) actions) play walk the same courses.
+
+    python benchmarks/legged_rough.py [--minutes 60] [--seeds 0 1 2] [--results-dir benchmarks/results]
+
+Writes ``legged_rough.md`` (final terrain level and course success as mean ± std over seeds with the best seed, the
+baselines; the machine), ``legged_rough.csv`` (every evaluation of every seed) and ``legged_rough.png`` (terrain level
+against wall-clock) into ``--results-dir``. Finished seeds are kept in ``benchmarks/runs/legged_rough/`` (a stopped
+run resumes with the seeds it lacks; ``--fresh`` ignores them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import math
+import sys
+
+import common
+import torch
+
+ENV_ID = "QuadrupedVelocity-Rough-v0"
+EVAL_EPISODES = 32
+COURSE_ROBOTS, COURSE_SPEED, COURSE_S, COURSE_DISTANCE = 32, 0.5, 15.0, 3.0
+COURSES = {  # name: (terrain kind, difficulty); terrain.py: step height 0.05 + 0.18 d, slope 0.4 d
+    "5 cm steps": ("stairs_up", 0.0),
+    "15-degree slope": ("slope_up", math.tan(math.radians(15.0)) / 0.4),
+}
+CURVE = ("rollout_terrain_level", "tracking_error_lin", "fell")
+
+
+def course_kwargs(env_kwargs: dict, kind: str, difficulty: float) -> dict:
+    """The trained task's keywords (its observation, rewards, noise) on one tile of ``kind``, the command fixed."""
+    terrain = dict(levels=1, columns=1, proportions={kind: 1.0}, difficulty_range=[difficulty, difficulty])
+    return {
+        **env_kwargs,
+        "terrain": terrain,
+        "terrain_curriculum": False,
+        "max_init_terrain_level": 0,
+        "lin_vel_x_range": (COURSE_SPEED, COURSE_SPEED),
+        "lin_vel_y_range": (0.0, 0.0),
+        "ang_vel_yaw_range": (0.0, 0.0),
+        "heading_command": False,
+        "standing_probability": 0.0,
+        "min_command_speed": 0.0,
+        "episode_length_s": COURSE_S,
+        "push_velocity": 0.0,
+    }
+
+
+def course_success(act, env_kwargs: dict, course: str, seed: int) -> dict:
+    """The share of robots that got ``COURSE_DISTANCE`` m from the course tile's centre before falling, and the
+    share that fell; ``act(obs)`` gives the actions."""
+    import rl_suite
+
+    kind, difficulty = COURSES[course]
+    env = rl_suite.make(ENV_ID, num_envs=COURSE_ROBOTS, seed=seed, **course_kwargs(env_kwargs, kind, difficulty))
+    obs = env.reset(seed=seed)
+    centre = torch.as_tensor(env.terrain.origins[0, 0, :2], dtype=torch.float32)
+    reached = torch.zeros(COURSE_ROBOTS, dtype=torch.bool)
+    fell, over = torch.zeros_like(reached), torch.zeros_like(reached)
+    for _ in range(env.max_episode_steps):
+        with torch.no_grad():
+            obs, _, terminated, truncated, _ = env.step(act(obs))
+        ended = terminated | truncated  # an ended robot has been reset already: its position is the next start's
+        position = env.get_state()[0][:, :2].float()
+        reached |= ~over & ~ended & ((position - centre).norm(dim=1) >= COURSE_DISTANCE)
+        fell |= ~over & ~reached & terminated
+        over |= ended
+    env.close()
+    return {"success": reached.float().mean().item(), "fell": fell.float().mean().item()}
+
+
+def baseline_act(kind: str, seed: int):
+    generator = torch.Generator().manual_seed(seed)
+
+    def act(obs):
+        shape = (obs.shape[0], 12)
+        return torch.zeros(shape) if kind == "standing" else torch.randn(shape, generator=generator)
+
+    return act
+
+
+def machine() -> str:
+    return f"{common.cpu_name()}; torch {torch.__version__} ({torch.get_num_threads()} threads)"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
+    parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
+    common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
+    args = parser.parse_args()
+    common.check_seed_arguments(parser, args)
+    print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
+
+    finished = common.FinishedRuns(args, "legged_rough")
+    shipped = common.shipped_settings("ppo", ENV_ID)  # in the job: a seed of an older recipe trains again
+    runs = {}
+    for seed in args.seeds:
+        job = dict(
+            task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps, settings=shipped
+        )
+        result = finished.get(job)
+        if result is None:
+            summary, config, agent = common.timed_run(
+                "ppo",
+                ENV_ID,
+                seed,
+                args.minutes * 60,
+                {},
+                eval_every_steps=args.eval_every_steps,
+                eval_episodes=EVAL_EPISODES,
+            )
+            act = lambda obs, agent=agent: agent.act(obs, deterministic=True)[0]  # noqa: E731
+            courses = {name: course_success(act, config.env_kwargs, name, seed) for name in COURSES}
+            result = finished.put(job, {**summary, "courses": courses, "env_kwargs": config.env_kwargs})
+        runs[seed] = result
+        levels = [row.get("rollout_terrain_level", math.nan) for row in result["evaluations"]]
+        print(
+            f"seed {seed}: {result['env_steps']:,} env steps; terrain level {levels[-1] if levels else math.nan:.2f}; "
+            + "; ".join(f"{name}: {c['success']:.0%} succeed" for name, c in result["courses"].items()),
+            flush=True,
+        )
+    env_kwargs = runs[args.seeds[0]]["env_kwargs"]
+    baselines = {
+        kind: {name: course_success(baseline_act(kind, 0), env_kwargs, name, 0) for name in COURSES}
+        for kind in ("standing", "random")
+    }
+    write(runs, baselines, args)
+
+
+def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
+    folder = args.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    rows = [
+        {
+            "seed": seed,
+            "env_steps": row["env_steps"],
+            "wall_time_s": row["wall_time_s"],
+            **{k: row.get(k) for k in CURVE},
+        }
+        for seed, result in runs.items()
+        for row in result["evaluations"]
+    ]
+    if rows:
+        with open(folder / "legged_rough.csv", "w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
+            writer.writeheader()
+            writer.writerows(rows)
+    final_level = {
+        seed: (result["evaluations"][-1].get("rollout_terrain_level", math.nan) if result["evaluations"] else math.nan)
+        for seed, result in runs.items()
+    }
+    level = common.over_seeds(final_level)
+    success = {name: common.over_seeds({s: r["courses"][name]["success"] for s, r in runs.items()}) for name in COURSES}
+    percent = "{:.0%}"
+    lines = [
+        f"# PPO on {ENV_ID}: the terrain curriculum and two test courses, on this CPU",
+        "",
+        f"Machine: {machine()}. Run: `python benchmarks/legged_rough.py --minutes {args.minutes:g}` on "
+        f"{datetime.date.today()}, one run at a time with the whole machine; shipped settings "
+        "(`agents/hyperparams/ppo.yaml`). " + common.commits_line(list(runs.values())),
+        "",
+        common.seeds_line(list(runs)),
+        "",
+        "Terrain level: the training episodes' mean level at the last evaluation (0 to 9; robots start on 0 to 5). "
+        f"Courses: {COURSE_ROBOTS} robots commanded ahead at {COURSE_SPEED} m/s for {COURSE_S:g} s; success: "
+        f"{COURSE_DISTANCE:g} m from the tile's centre before falling.",
+        "",
+        "| | terrain level | " + " | ".join(f"{name}: success" for name in COURSES) + " |",
+        "|---|---:|" + "---:|" * len(COURSES),
+        "| PPO, final (mean ± std) | "
+        + common.mean_std(level, "{:.2f}")
+        + " | "
+        + " | ".join(common.mean_std(success[name], percent) for name in COURSES)
+        + " |",
+        "| PPO, best (seed k) | "
+        + common.best_of(level, "{:.2f}")
+        + " | "
+        + " | ".join(common.best_of(success[name], percent) for name in COURSES)
+        + " |",
+    ]
+    for kind, courses in baselines.items():
+        label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
+        lines.append(f"| {label} | | " + " | ".join(percent.format(courses[n]["success"]) for n in COURSES) + " |")
+    lines += ["", "![terrain level against wall-clock](legged_rough.png)"]
+    (folder / "legged_rough.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return
+    figure, axis = plt.subplots(figsize=(6, 4))
+    for seed, result in runs.items():
+        curve = [r for r in result["evaluations"] if "rollout_terrain_level" in r]
+        axis.plot(
+            [r["wall_time_s"] / 60 for r in curve], [r["rollout_terrain_level"] for r in curve], label=f"seed {seed}"
+        )
+    axis.set(xlabel="wall-clock (min)", ylabel="mean terrain level (training episodes)", title=ENV_ID)
+    axis.set_ylim(0, 9)
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(folder / "legged_rough.png", dpi=120)
+
+
+if __name__ == "__main__":
+    main()
