@@ -76,7 +76,8 @@ def machine() -> str:
 def lower_is_better(by_seed: dict[int, float]) -> common.OverSeeds:
     """``common.over_seeds`` for a quantity where lower is better: the best seed is the lowest."""
     flipped = common.over_seeds({seed: -value for seed, value in by_seed.items()})
-    return common.OverSeeds(-flipped.mean, flipped.std, -flipped.best, flipped.best_seed, flipped.n)
+    # + 0.0: a mean of zeros comes back as -0.0, which would print as "-0.000"
+    return common.OverSeeds(-flipped.mean + 0.0, flipped.std, -flipped.best + 0.0, flipped.best_seed, flipped.n)
 
 
 def main() -> None:
