@@ -202,6 +202,47 @@ def shipped_settings(algo_name: str, env_id: str) -> dict:
     return tuned_settings(load_algorithm(algo_name), env_id)
 
 
+def legged_arguments(doc: str) -> argparse.Namespace:
+    """The legged suites' command line (``--minutes``, 60; ``--eval-every-steps``, 1M; the seeds; resuming), parsed
+    and checked, with the wall-clock estimate printed."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
+    parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
+    add_seed_arguments(parser)
+    add_resume_arguments(parser)
+    args = parser.parse_args()
+    check_seed_arguments(parser, args)
+    print(wall_clock_estimate(len(args.seeds), args.minutes, grid((args.seeds, "seed"))), flush=True)
+    return args
+
+
+def ppo_seed(finished: FinishedRuns, args, env_id: str, seed: int, eval_episodes: int, finish) -> dict:
+    """One seed of a legged suite: the result kept from an earlier invocation, or a run of PPO with its shipped
+    settings for ``args.minutes``, stored with the run's ``env_kwargs`` and what ``finish(agent, config)`` returns
+    (a dict: test courses, an export). The shipped settings are part of the job: the seeds of one table may train in
+    different sessions, and a seed trained under an older recipe must train again, not be averaged with new ones."""
+    job = dict(
+        task=env_id,
+        seed=seed,
+        minutes=args.minutes,
+        eval_every_steps=args.eval_every_steps,
+        settings=shipped_settings("ppo", env_id),
+    )
+    result = finished.get(job)
+    if result is None:
+        summary, config, agent = timed_run(
+            "ppo",
+            env_id,
+            seed,
+            args.minutes * 60,
+            {},
+            eval_every_steps=args.eval_every_steps,
+            eval_episodes=eval_episodes,
+        )
+        result = finished.put(job, {**summary, **finish(agent, config), "env_kwargs": config.env_kwargs})
+    return result
+
+
 def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict, **settings) -> tuple:
     """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides``, for ``seconds`` of
     wall-clock (no step budget, no checkpoints, no progress output), in a throwaway run directory; ``settings`` are

@@ -22,7 +22,6 @@ run resumes with the seeds it lacks; ``--fresh`` ignores them).
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import math
@@ -98,36 +97,16 @@ def machine() -> str:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
-    parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
-    common.add_seed_arguments(parser)
-    common.add_resume_arguments(parser)
-    args = parser.parse_args()
-    common.check_seed_arguments(parser, args)
-    print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
-
+    args = common.legged_arguments(__doc__)
     finished = common.FinishedRuns(args, "legged_rough")
-    shipped = common.shipped_settings("ppo", ENV_ID)  # in the job: a seed of an older recipe trains again
     runs = {}
     for seed in args.seeds:
-        job = dict(
-            task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps, settings=shipped
-        )
-        result = finished.get(job)
-        if result is None:
-            summary, config, agent = common.timed_run(
-                "ppo",
-                ENV_ID,
-                seed,
-                args.minutes * 60,
-                {},
-                eval_every_steps=args.eval_every_steps,
-                eval_episodes=EVAL_EPISODES,
-            )
-            act = lambda obs, agent=agent: agent.act(obs, deterministic=True)[0]  # noqa: E731
-            courses = {name: course_success(act, config.env_kwargs, name, seed) for name in COURSES}
-            result = finished.put(job, {**summary, "courses": courses, "env_kwargs": config.env_kwargs})
+
+        def finish(agent, config, seed=seed):
+            act = lambda obs: agent.act(obs, deterministic=True)[0]  # noqa: E731
+            return {"courses": {name: course_success(act, config.env_kwargs, name, seed) for name in COURSES}}
+
+        result = common.ppo_seed(finished, args, ENV_ID, seed, EVAL_EPISODES, finish)
         runs[seed] = result
         levels = [row.get("rollout_terrain_level", math.nan) for row in result["evaluations"]]
         print(

@@ -23,7 +23,6 @@ seed's final policy, exported with its robot entry, as ``legged_policies/quadrup
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import math
@@ -81,38 +80,16 @@ def lower_is_better(by_seed: dict[int, float]) -> common.OverSeeds:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
-    parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
-    common.add_seed_arguments(parser)
-    common.add_resume_arguments(parser)
-    args = parser.parse_args()
-    common.check_seed_arguments(parser, args)
-    print(common.wall_clock_estimate(len(args.seeds), args.minutes, common.grid((args.seeds, "seed"))), flush=True)
-
+    args = common.legged_arguments(__doc__)
     finished = common.FinishedRuns(args, "legged_training")
-    # The shipped settings are part of each seed's job: the seeds of one table may train in different sessions, and
-    # a seed trained under an older recipe must train again rather than be averaged with the new one.
-    shipped = common.shipped_settings("ppo", ENV_ID)
     runs, env_kwargs = {}, {}
     for seed in args.seeds:
-        job = dict(
-            task=ENV_ID, seed=seed, minutes=args.minutes, eval_every_steps=args.eval_every_steps, settings=shipped
-        )
-        summary = finished.get(job)
-        if summary is None:
-            summary, config, agent = common.timed_run(
-                "ppo",
-                ENV_ID,
-                seed,
-                args.minutes * 60,
-                {},
-                eval_every_steps=args.eval_every_steps,
-                eval_episodes=EVAL_EPISODES,
-            )
+
+        def finish(agent, config, seed=seed):
             export(agent, seed, args.results_dir, config.env_kwargs)
-            summary = finished.put(job, {**summary, "env_kwargs": config.env_kwargs})
-        runs[seed] = summary
+            return {}
+
+        runs[seed] = summary = common.ppo_seed(finished, args, ENV_ID, seed, EVAL_EPISODES, finish)
         env_kwargs = summary["env_kwargs"]
         final = summary["final_eval"]
         print(
