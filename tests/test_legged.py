@@ -11,6 +11,7 @@ import math
 import numpy as np
 import pytest
 import torch
+from backend_agreement import worst_one_step_differences
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -579,18 +580,7 @@ def test_the_task_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
     cpu, warp = make(4, backend="cpu"), make(4, backend="warp")
     assert warp.physics.dtype == torch.float32
     cpu.reset(seed=0)
-    g = torch.Generator().manual_seed(0)
-    worst = {"obs": 0.0, "critic_obs": 0.0, "reward": 0.0}
-    for _ in range(40):
-        warp.load_state_dict(cpu.state_dict())
-        actions = 0.5 * torch.randn(4, 12, generator=g)
-        expected, got = cpu.step(actions), warp.step(actions)
-        worst["obs"] = max(worst["obs"], (expected[0] - got[0]).abs().max().item())
-        worst["critic_obs"] = max(
-            worst["critic_obs"], (expected[4]["critic_obs"] - got[4]["critic_obs"]).abs().max().item()
-        )
-        worst["reward"] = max(worst["reward"], (expected[1] - got[1]).abs().max().item())
-        assert torch.equal(expected[2], got[2]) and torch.equal(expected[3], got[3])
+    worst = worst_one_step_differences(cpu, warp, steps=40)
     for name, tolerance in LEGGED_WARP_TOLERANCE.items():
         assert worst[name] <= tolerance, (name, worst)
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from backend_agreement import worst_one_step_differences
 
 mujoco = pytest.importorskip("mujoco")
 
@@ -277,18 +278,7 @@ def test_rough_terrain_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step()
     pytest.importorskip("mujoco_warp")
     cpu, warp = rough(4, backend="cpu"), rough(4, backend="warp")
     cpu.reset(seed=0)
-    g = torch.Generator().manual_seed(0)
-    worst = {"obs": 0.0, "critic_obs": 0.0, "reward": 0.0}
-    for _ in range(30):
-        warp.load_state_dict(cpu.state_dict())
-        actions = 0.5 * torch.randn(4, 12, generator=g)
-        expected, got = cpu.step(actions), warp.step(actions)
-        worst["obs"] = max(worst["obs"], (expected[0] - got[0]).abs().max().item())
-        worst["critic_obs"] = max(
-            worst["critic_obs"], (expected[4]["critic_obs"] - got[4]["critic_obs"]).abs().max().item()
-        )
-        worst["reward"] = max(worst["reward"], (expected[1] - got[1]).abs().max().item())
-        assert torch.equal(expected[2], got[2]) and torch.equal(expected[3], got[3])
+    worst = worst_one_step_differences(cpu, warp, steps=30)
     assert not warp.physics.overflow.any()
     assert worst["obs"] <= 0.05 and worst["critic_obs"] <= 0.05 and worst["reward"] <= 1e-3, worst
 
