@@ -105,10 +105,12 @@ class ResetBank:
         """Append states (``[k, nq]``, ``[k, nv]``); beyond the capacity the oldest go."""
         qpos, qvel = self._checked(qpos, qvel)
         capacity = len(self.qpos)
-        for row in range(max(0, len(qpos) - capacity), len(qpos)):  # only the newest ``capacity`` can stay
-            self.qpos[self.next], self.qvel[self.next] = qpos[row], qvel[row]
-            self.next = (self.next + 1) % capacity
-            self.size = min(self.size + 1, capacity)
+        qpos, qvel = qpos[-capacity:], qvel[-capacity:]  # only the newest ``capacity`` can stay
+        rows = (self.next + torch.arange(len(qpos))) % capacity
+        self.qpos[rows.to(self.qpos.device)] = qpos.to(self.qpos)
+        self.qvel[rows.to(self.qvel.device)] = qvel.to(self.qvel)
+        self.next = (self.next + len(qpos)) % capacity
+        self.size = min(self.size + len(qpos), capacity)
 
     def __len__(self) -> int:
         return self.size
