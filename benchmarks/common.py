@@ -202,10 +202,13 @@ def shipped_settings(algo_name: str, env_id: str) -> dict:
     return tuned_settings(load_algorithm(algo_name), env_id)
 
 
-def legged_arguments(doc: str) -> argparse.Namespace:
-    """The legged suites' command line (``--minutes``, 60; ``--eval-every-steps``, 1M; the seeds; resuming), parsed
-    and checked, with the wall-clock estimate printed."""
+def legged_arguments(doc: str, env_ids: tuple[str, ...] = ()) -> argparse.Namespace:
+    """The legged suites' command line (``--minutes``, 60; ``--eval-every-steps``, 1M; the seeds; resuming; ``--env``,
+    one of ``env_ids``, the first by default, where a suite offers several), parsed and checked, with the wall-clock
+    estimate printed."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    if env_ids:
+        parser.add_argument("--env", choices=env_ids, default=env_ids[0], help=f"the task (default {env_ids[0]})")
     parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
     parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
     add_seed_arguments(parser)

@@ -1,8 +1,8 @@
-"""Sim-to-sim for the quadruped: an exported flat-ground policy, run by ``ControlLoop`` at 50 Hz, through a sweep of
-velocity commands in MuJoCo and in PyBullet, from the exported file alone.
+"""Sim-to-sim for the quadruped (``--robot humanoid``: the humanoid): an exported flat-ground policy, run by
+``ControlLoop`` at 50 Hz, through a sweep of velocity commands in MuJoCo and in PyBullet, from the exported file alone.
 
-For each policy file (``--policies``, default the three that ``benchmarks/legged_training.py`` exports, one per
-seed) and each command of the sweep (``COMMANDS``, ``--seconds`` each, default 20), the file is loaded with
+For each policy file (``--policies``, default the three that ``benchmarks/legged_training.py`` exports for the robot,
+one per seed) and each command of the sweep (``COMMANDS``, ``--seconds`` each, default 20), the file is loaded with
 ``load_policy(robot=True)`` and run by ``ControlLoop`` (on a simulated clock, so as fast as the simulation) against
 ``MujocoRobot`` and against ``BulletRobot`` (rl_suite/envs/robots/deploy.py and bullet.py), both built from the
 file's robot entry and started in the default pose.
@@ -12,9 +12,11 @@ Tracking quality of a run: ``1 - error / |command|`` (1 is perfect; 0 is what st
 the moving commands. The goal, from the issue: PyBullet keeps at least 80% of MuJoCo's tracking quality, with no
 falls, on the mean over policies. A standing policy (zero offsets) is measured the same way for reference.
 
-    python benchmarks/legged_sim2sim.py [--policies FILE ...] [--seconds 20] [--results-dir benchmarks/results]
+    python benchmarks/legged_sim2sim.py [--robot quadruped] [--policies FILE ...] [--seconds 20]
+                                        [--results-dir benchmarks/results]
 
-Writes ``legged_sim2sim.md`` and ``legged_sim2sim.csv`` into ``--results-dir``, with the machine it ran on.
+Writes ``legged_sim2sim.md`` and ``legged_sim2sim.csv`` (the humanoid's: ``humanoid_sim2sim.*``) into
+``--results-dir``, with the machine it ran on.
 """
 
 from __future__ import annotations
@@ -39,7 +41,12 @@ COMMANDS = [  # (v_x, v_y, yaw rate), within the training ranges
 ]
 SETTLE_S = 1.0  # the first second (starting from rest) is left out of the error
 GOAL_KEPT = 0.8
-POLICIES = sorted((common.RESULTS / "legged_policies").glob("quadruped_flat_seed*.onnx"))
+ROBOTS = {"quadruped": "legged_sim2sim", "humanoid": "humanoid_sim2sim"}  # robot: the report's file stem
+
+
+def exported(robot: str) -> list[pathlib.Path]:
+    """The policies ``benchmarks/legged_training.py`` exported for ``robot``, one per seed."""
+    return sorted((common.RESULTS / "legged_policies").glob(f"{robot}_flat_seed*.onnx"))
 
 
 class Recorder:
@@ -95,10 +102,12 @@ def machine() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--policies", nargs="+", type=pathlib.Path, default=POLICIES)
+    parser.add_argument("--robot", choices=ROBOTS, default="quadruped", help="whose exported policies (default)")
+    parser.add_argument("--policies", nargs="+", type=pathlib.Path, help="default: the robot's exported policies")
     parser.add_argument("--seconds", type=float, default=20.0, help="per command")
     parser.add_argument("--results-dir", type=pathlib.Path, default=common.RESULTS)
     args = parser.parse_args()
+    args.policies = args.policies or exported(args.robot)
     if not args.policies:
         parser.error("no policies: run benchmarks/legged_training.py first, or give --policies")
 
@@ -136,18 +145,19 @@ def summary(rows: list[dict], policy: str, simulator: str) -> tuple[float, int]:
 
 
 def write(rows: list[dict], args) -> None:
-    folder = args.results_dir
+    folder, stem = args.results_dir, ROBOTS[args.robot]
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / "legged_sim2sim.csv", "w", newline="") as f:
+    with open(folder / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     trained = [p for p in policies if p.endswith(".onnx")]
+    robot_flag = "" if args.robot == "quadruped" else f" --robot {args.robot}"
     lines = [
-        "# Sim-to-sim: the quadruped's exported policy in MuJoCo and in PyBullet",
+        f"# Sim-to-sim: the {args.robot}'s exported policy in MuJoCo and in PyBullet",
         "",
-        f"Machine: {machine()}. Run: `python benchmarks/legged_sim2sim.py --seconds {args.seconds:g}` on "
+        f"Machine: {machine()}. Run: `python benchmarks/legged_sim2sim.py{robot_flag} --seconds {args.seconds:g}` on "
         f"{datetime.date.today()}; each command for {args.seconds:g} s from the default pose, `ControlLoop` at the "
         f"file's rate; the error leaves out the first {SETTLE_S:g} s.",
         "",
@@ -185,7 +195,7 @@ def write(rows: list[dict], args) -> None:
             f"| {r['policy']} | {r['simulator']} | {r['command']} | {r['error']:.3f} | {r['yaw_error']:.3f} | "
             f"{quality} | {r['fell']} |"
         )
-    (folder / "legged_sim2sim.md").write_text("\n".join(lines) + "\n")
+    (folder / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
 
 

@@ -1,5 +1,5 @@
-"""PPO learning to follow velocity commands on the quadruped, on this machine's CPU, against what standing and random
-play score on the same evaluation.
+"""PPO learning to follow velocity commands on the quadruped (or, with ``--env HumanoidVelocity-Flat-v0``, the
+humanoid), on this machine's CPU, against what standing and random play score on the same evaluation.
 
 Each seed (``--seeds``, default 0 1 2) trains ``rl-suite train ppo QuadrupedVelocity-Flat-v0`` with its shipped
 settings (``agents/hyperparams/ppo.yaml``) for ``--minutes`` of wall-clock (evaluations included), one run after
@@ -7,18 +7,20 @@ another with the whole machine. Every evaluation (32 episodes of 20 s, commands 
 reports the task's metrics: the RMS planar tracking error over commands of at most 1 m/s (m/s), the RMS yaw-rate
 error and the fall rate.
 
-The goal, from the issue: RMS planar tracking error at most 0.25 m/s with at most 5% falls within 60 minutes, on the
-mean over seeds. Two policies that learned nothing, on the same evaluation: standing (zero action: the default pose
-held by PD, which tracks a command no better than its own speed) and random (actions N(0, 1), an untrained Gaussian
-policy's).
+The goal, from the quadruped's issue: RMS planar tracking error at most 0.25 m/s with at most 5% falls within 60
+minutes, on the mean over seeds. The humanoid's issue sets none (it asks what this CPU reaches in an hour), so its
+report holds the humanoid to the same line. Two policies that learned nothing, on the same evaluation: standing (zero
+action: the default pose held by PD, which tracks a command no better than its own speed; the humanoid falls) and
+random (actions N(0, 1), an untrained Gaussian policy's).
 
-    python benchmarks/legged_training.py [--minutes 60] [--seeds 0 1 2] [--results-dir benchmarks/results]
+    python benchmarks/legged_training.py [--env ID] [--minutes 60] [--seeds 0 1 2] [--results-dir benchmarks/results]
 
-Writes into ``--results-dir``: ``legged_training.md`` (final metrics as mean ± std over seeds, the best seed, the
-time each seed first met the goal, the baselines, the goal's verdict), ``legged_training.csv`` (every evaluation of
-every seed: wall-clock, env steps, metrics), ``legged_training.png`` (tracking error against wall-clock) and each
-seed's final policy, exported with its robot entry, as ``legged_policies/quadruped_flat_seed<k>.onnx`` (what
-``benchmarks/legged_sim2sim.py`` deploys).
+Writes into ``--results-dir``: ``legged_training.md`` (final metrics as mean ± std over seeds, the best seed, the time
+each seed first met the goal, the baselines, the goal's verdict), ``legged_training.csv`` (every evaluation of every
+seed: wall-clock, env steps, metrics), ``legged_training.png`` (tracking error against wall-clock) and each seed's
+final policy, exported with its robot entry, as ``legged_policies/quadruped_flat_seed<k>.onnx`` (what
+``benchmarks/legged_sim2sim.py`` deploys); for the humanoid, ``humanoid_training.*`` and
+``legged_policies/humanoid_flat_seed<k>.onnx``.
 """
 
 from __future__ import annotations
@@ -32,7 +34,10 @@ import common
 import numpy as np
 import torch
 
-ENV_ID = "QuadrupedVelocity-Flat-v0"
+TASKS = {  # env id: (the report's file stem, the exported policies' stem)
+    "QuadrupedVelocity-Flat-v0": ("legged_training", "quadruped_flat"),
+    "HumanoidVelocity-Flat-v0": ("humanoid_training", "humanoid_flat"),
+}
 EVAL_EPISODES = 32
 GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.25, 0.05, 60.0
 METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
@@ -52,12 +57,12 @@ class FixedPolicy:
         return torch.randn(shape, generator=self.generator), {}
 
 
-def baseline(kind: str, seed: int, env_kwargs: dict) -> dict:
+def baseline(env_id: str, kind: str, seed: int, env_kwargs: dict) -> dict:
     import rl_suite
     from rl_suite.runner import evaluate
 
     eval_seed = seed + common.EVAL_SEED_OFFSET
-    env = rl_suite.make(ENV_ID, num_envs=EVAL_EPISODES, seed=eval_seed, **env_kwargs)
+    env = rl_suite.make(env_id, num_envs=EVAL_EPISODES, seed=eval_seed, **env_kwargs)
     return evaluate(FixedPolicy(env, kind, seed), env, seed=eval_seed)
 
 
@@ -80,16 +85,16 @@ def lower_is_better(by_seed: dict[int, float]) -> common.OverSeeds:
 
 
 def main() -> None:
-    args = common.legged_arguments(__doc__)
+    args = common.legged_arguments(__doc__, tuple(TASKS))
     finished = common.FinishedRuns(args, "legged_training")
     runs, env_kwargs = {}, {}
     for seed in args.seeds:
 
         def finish(agent, config, seed=seed):
-            export(agent, seed, args.results_dir, config.env_kwargs)
+            export(args.env, agent, seed, args.results_dir, config.env_kwargs)
             return {}
 
-        runs[seed] = summary = common.ppo_seed(finished, args, ENV_ID, seed, EVAL_EPISODES, finish)
+        runs[seed] = summary = common.ppo_seed(finished, args, args.env, seed, EVAL_EPISODES, finish)
         env_kwargs = summary["env_kwargs"]
         final = summary["final_eval"]
         print(
@@ -97,31 +102,31 @@ def main() -> None:
             f"yaw {final['tracking_error_yaw']:.3f} rad/s, falls {final['fell']:.0%}",
             flush=True,
         )
-    baselines = {kind: baseline(kind, args.seeds[0], env_kwargs) for kind in ("standing", "random")}
+    baselines = {kind: baseline(args.env, kind, args.seeds[0], env_kwargs) for kind in ("standing", "random")}
     write(runs, baselines, args)
 
 
-def export(agent, seed: int, folder, env_kwargs: dict) -> None:
+def export(env_id: str, agent, seed: int, folder, env_kwargs: dict) -> None:
     """The seed's final policy as ONNX, with the robot entry (what ``rl-suite export`` writes from a run) of the
     task as it trained (``env_kwargs`` from its settings)."""
     import rl_suite
     from rl_suite.deploy.export import export_policy
 
-    with rl_suite.make(ENV_ID, **env_kwargs) as env:
+    with rl_suite.make(env_id, **env_kwargs) as env:
         robot, dt = env.robot_metadata(), env.dt
-    path = folder / "legged_policies" / f"quadruped_flat_seed{seed}.onnx"
-    export_policy(agent, path, "onnx", env_id=ENV_ID, dt=dt, robot=robot)
+    path = folder / "legged_policies" / f"{TASKS[env_id][1]}_seed{seed}.onnx"
+    export_policy(agent, path, "onnx", env_id=env_id, dt=dt, robot=robot)
 
 
 def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
-    folder = args.results_dir
+    folder, stem = args.results_dir, TASKS[args.env][0]
     folder.mkdir(parents=True, exist_ok=True)
     rows = [
         {"seed": seed, "env_steps": row["env_steps"], "wall_time_s": row["wall_time_s"], **{m: row[m] for m in METRICS}}
         for seed, summary in runs.items()
         for row in summary["evaluations"]
     ]
-    with open(folder / "legged_training.csv", "w", newline="") as f:
+    with open(folder / f"{stem}.csv", "w", newline="") as f:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
@@ -131,10 +136,11 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
     met = finals["tracking_error_lin"].mean <= GOAL_ERROR and finals["fell"].mean <= GOAL_FALLS
     within = args.minutes <= GOAL_MINUTES
     reached = {seed: first_goal_minutes(summary["evaluations"]) for seed, summary in runs.items()}
+    env_flag = "" if args.env == next(iter(TASKS)) else f" --env {args.env}"
     lines = [
-        "# PPO on QuadrupedVelocity-Flat-v0: velocity tracking on this CPU",
+        f"# PPO on {args.env}: velocity tracking on this CPU",
         "",
-        f"Machine: {machine()}. Run: `python benchmarks/legged_training.py --minutes {args.minutes:g}` on "
+        f"Machine: {machine()}. Run: `python benchmarks/legged_training.py{env_flag} --minutes {args.minutes:g}` on "
         f"{datetime.date.today()}, one run at a time with the whole machine; shipped settings "
         "(`agents/hyperparams/ppo.yaml`); evaluation: 32 episodes of 20 s, commands from the training ranges. "
         + common.commits_line(list(runs.values())),
@@ -161,9 +167,9 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         f"Goal (tracking error ≤ {GOAL_ERROR} m/s and falls ≤ {GOAL_FALLS:.0%} on the mean over seeds, within "
         f"{GOAL_MINUTES:.0f} minutes): {goal}. First evaluation meeting it: {times}.",
         "",
-        "![tracking error against wall-clock](legged_training.png)",
+        f"![tracking error against wall-clock]({stem}.png)",
     ]
-    (folder / "legged_training.md").write_text("\n".join(lines) + "\n")
+    (folder / f"{stem}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     try:
         import matplotlib
@@ -183,11 +189,11 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         )
     axis.axhline(baselines["standing"]["tracking_error_lin"], color="grey", linestyle=":", label="standing")
     axis.axhline(GOAL_ERROR, color="black", linestyle="--", label="goal")
-    axis.set(xlabel="wall-clock (min)", ylabel="RMS planar tracking error (m/s)", title=ENV_ID)
+    axis.set(xlabel="wall-clock (min)", ylabel="RMS planar tracking error (m/s)", title=args.env)
     axis.set_ylim(0, max(1.0, baselines["standing"]["tracking_error_lin"] * 1.1))
     axis.legend()
     figure.tight_layout()
-    figure.savefig(folder / "legged_training.png", dpi=120)
+    figure.savefig(folder / f"{stem}.png", dpi=120)
     if not math.isfinite(finals["tracking_error_lin"].mean):
         print("note: a final tracking error is NaN (no evaluation step counted)", file=sys.stderr)
 

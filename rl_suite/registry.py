@@ -350,6 +350,8 @@ register("QuadrupedVelocity-Flat-v0", "rl_suite.envs.robots.velocity:LeggedVeloc
 register("AntVelocity-Flat-v0", "rl_suite.envs.robots.velocity:LeggedVelocityEnv", robot="ant")
 # ... and on rough terrain: legged_gym's grid of tiles with its terrain curriculum (rl_suite/envs/robots/terrain.py)
 register("QuadrupedVelocity-Rough-v0", "rl_suite.envs.robots.velocity:LeggedVelocityEnv", robot="quadruped", terrain={})
+# ... and the G1-class humanoid on flat ground, with the biped reward terms (velocity.HUMANOID_SETTINGS)
+register("HumanoidVelocity-Flat-v0", "rl_suite.envs.robots.velocity:HumanoidVelocityEnv", robot="humanoid")
 
 # Multi-agent tasks (batched torch; no gymnasium counterparts). Spread and Tag follow mpe2's simple_spread_v3 and
 # simple_tag_v3; the skirmish scenarios are ours, in the spirit of SMAC's maps of the same names.

@@ -31,7 +31,7 @@ import mujoco
 import numpy as np
 
 MODELS = Path(__file__).parent / "models"
-"""Where the model files shipped with the suite lie (``quadruped.xml``)."""
+"""Where the model files shipped with the suite lie (``quadruped.xml``, ``humanoid.xml``)."""
 
 PerJoint = float | Sequence[float]
 """One value for every joint, or one per joint in action order."""
@@ -154,7 +154,35 @@ ANT = RobotConfig(
     init_base_height=0.6,
 )
 
-ROBOTS: dict[str, RobotConfig] = {robot.name: robot for robot in (QUADRUPED, ANT)}
+_HUMANOID_LEG = ("hip_pitch", "hip_roll", "hip_yaw", "knee", "ankle_pitch", "ankle_roll")
+
+# A biped of the Unitree G1's class (humanoid.xml; g1_sources.md gives the keys): 6 joints per leg in Unitree's SDK
+# order, left leg first, then the waist. The arms and the head are rigid, so they have no joints here.
+HUMANOID = RobotConfig(
+    name="humanoid",
+    mjcf="humanoid.xml",
+    joints=(*(f"{side}_{part}_joint" for side in ("left", "right") for part in _HUMANOID_LEG), "waist_yaw_joint"),
+    # unitree_rl_gym's G1 configuration (UR-gym): hips -0.1 rad, knees 0.3, ankles -0.2 rad (the feet flat), the rest
+    # 0; Kp 100 (hips), 150 (knees), 40 (ankles), Kd 2 / 4 / 2; action scale 0.25. The waist's 300 / 3 are Unitree's
+    # own deploy gains for holding the waist while that leg policy walks (UR-gym-d arm_waist_kps / arm_waist_kds).
+    default_joint_pos=(-0.1, 0.0, 0.0, 0.3, -0.2, 0.0) * 2 + (0.0,),
+    kp=(100.0, 100.0, 100.0, 150.0, 40.0, 40.0) * 2 + (300.0,),
+    kd=(2.0, 2.0, 2.0, 4.0, 2.0, 2.0) * 2 + (3.0,),
+    action_scale=0.25,
+    torque_limit=(88.0, 139.0, 88.0, 139.0, 50.0, 50.0) * 2 + (88.0,),  # UR <limit effort>
+    velocity_limit=(32.0, 20.0, 32.0, 20.0, 37.0, 37.0) * 2 + (32.0,),  # UR <limit velocity>
+    base_body="pelvis",
+    feet=("left_ankle_roll_link", "right_ankle_roll_link"),  # UR-gym foot_name "ankle_roll"
+    # UR-gym ends an episode on pelvis contact; the torso, the head and the arms are the rest of the body above it
+    termination_contacts=("pelvis", "torso_link", "head_link", "left_arm_link", "right_arm_link"),
+    # UR-gym penalize_contacts_on ["hip", "knee"]: the thighs and the shins
+    penalized_contacts=tuple(
+        f"{side}_{part}_link" for side in ("left", "right") for part in ("hip_pitch", "hip_roll", "hip_yaw", "knee")
+    ),
+    init_base_height=0.8,  # UR-gym init_state.pos; the default pose stands the pelvis at 0.784 m
+)
+
+ROBOTS: dict[str, RobotConfig] = {robot.name: robot for robot in (QUADRUPED, ANT, HUMANOID)}
 """The built-in robots by name: what a file may name with ``robot: <name>``."""
 
 

@@ -50,6 +50,20 @@ legged_gym's default). Per-term episode sums are reported in
     collision           how many penalised bodies (thighs, calves) touch anything with more than 0.1 N
     termination         1 on the step that ends an episode by termination (not by the time limit)
 
+The biped terms (weight 0 by default; ``HumanoidVelocity-Flat-v0`` sets them), feet from ``RobotConfig.feet``:
+
+    feet_air_time_biped min over feet of the time since the foot's last touch-down (those in contact) or lift-off
+                        (those in the air), while exactly one foot is down, capped at feet_air_time_biped_threshold,
+                        when |cmd_xy| > 0.1 (Isaac Lab's feet_air_time_positive_biped: one foot at a time, long steps)
+    feet_slip           sum over feet in contact of the foot's planar speed (m/s) (Isaac Lab's feet_slide)
+    feet_clearance      sum over feet of |foot height above the ground - feet_clearance_target| x the foot's planar
+                        speed, when |cmd_xy| + |cmd_yaw| > 0.05 (mjlab's feet_clearance: swing feet lifted, not
+                        dragged)
+    joint_deviation     sum of |q - q_default| over joint_deviation_joints (Isaac Lab's joint_deviation_l1: hip yaw
+                        and roll, waist, where a biped drifts without a cost)
+
+Upright posture is the ``orientation`` term on the base (the pelvis), as Isaac Lab's ``flat_orientation_l2``.
+
 Termination: a contact of more than 1 N on a ``termination_contacts`` body (the trunk), or roll or pitch beyond
 ``max_roll_pitch``, after the first ``fall_grace_s`` of the episode (0 by default). Time limits
 (``episode_length_s``) are truncations.
@@ -120,6 +134,10 @@ REWARD_TERMS = (
     "feet_air_time",
     "collision",
     "termination",
+    "feet_air_time_biped",
+    "feet_slip",
+    "feet_clearance",
+    "joint_deviation",
 )
 
 
@@ -178,6 +196,23 @@ class VelocitySettings:
     termination_weight: float = 0.0
     """A penalty for ending the episode by falling (legged_gym's ``termination`` term, 0 in its base config): with the
     reward not clipped at zero, it keeps falling from paying."""
+    feet_air_time_biped_weight: float = 0.0
+    """Isaac Lab's biped gait term (``feet_air_time_positive_biped``; its G1 flat config: 0.75)."""
+    feet_air_time_biped_threshold: float = 0.4
+    """The biped term's cap (s)."""
+    feet_slip_weight: float = 0.0
+    """Feet sliding while they carry weight (Isaac Lab's ``feet_slide``; its G1 configs: -0.1)."""
+    feet_clearance_weight: float = 0.0
+    """Swing feet away from the clearance height, weighted by their speed (mjlab's ``feet_clearance``: -2)."""
+    feet_clearance_target: float = 0.1
+    """The height (m) above the ground that ``feet_clearance`` asks of each foot body's origin (mjlab: 0.1 m for a
+    site on the sole; a foot body's origin sits above its sole, so a robot's setting adds that offset: 0.035 m on the
+    humanoid)."""
+    joint_deviation_weight: float = 0.0
+    """Joints of ``joint_deviation_joints`` away from the default pose (Isaac Lab's ``joint_deviation_l1`` on G1's hip
+    yaw, hip roll and torso joints: -0.1)."""
+    joint_deviation_joints: tuple[str, ...] = ()
+    """The joints ``joint_deviation`` counts (names of the robot's ``joints``)."""
     only_positive_rewards: bool = True
     """Clip each step's total reward at zero from below, as legged_gym does by default, so that early on the
     penalties do not teach the robot to end its episodes (the per-term sums keep the unclipped terms)."""
@@ -268,6 +303,13 @@ class VelocitySettings:
             value = getattr(self, name)
             if value is not None and value[0] < 0:
                 raise ValueError(f"{name} must not be negative, got {value!r}")
+        object.__setattr__(self, "joint_deviation_joints", tuple(self.joint_deviation_joints))
+        if not self.feet_air_time_biped_threshold > 0:
+            raise ValueError(
+                f"feet_air_time_biped_threshold must be positive (s), got {self.feet_air_time_biped_threshold!r}"
+            )
+        if not math.isfinite(self.feet_clearance_target):
+            raise ValueError(f"feet_clearance_target must be a finite height (m), got {self.feet_clearance_target!r}")
         if not self.fall_grace_s >= 0:
             raise ValueError(f"fall_grace_s must be at least 0 (s), got {self.fall_grace_s!r}")
         if self.decimation < 1 or self.physics_dt <= 0 or self.episode_length_s <= 0:
@@ -350,6 +392,17 @@ def wrap_angle(angle: torch.Tensor) -> torch.Tensor:
     return torch.remainder(angle + math.pi, 2 * math.pi) - math.pi
 
 
+def single_stance_time(
+    contact: torch.Tensor, contact_time: torch.Tensor, air_time: torch.Tensor, cap: float
+) -> torch.Tensor:
+    """Isaac Lab's ``feet_air_time_positive_biped`` for feet ``[N, F]``: while exactly one foot is down, the least
+    over the feet of how long each has been in its mode (down: ``contact_time``; up: ``air_time``), capped at
+    ``cap``; zero in double support and in flight."""
+    in_mode = torch.where(contact, contact_time, air_time)
+    single_stance = contact.sum(1) == 1
+    return torch.where(single_stance, in_mode.amin(1), 0.0).clamp(max=cap)
+
+
 class LeggedVelocityEnv(VecEnv):
     """``num_envs`` copies of the velocity-tracking task for ``robot`` (a built-in robot's name, a dict of
     ``RobotConfig`` fields, or a ``RobotConfig``). See the module docstring; ``settings`` are ``VelocitySettings``.
@@ -425,9 +478,10 @@ class LeggedVelocityEnv(VecEnv):
         options = {"nthread": nthread} if backend == "cpu" else {}
         options.update(physics_options or {})
         physics_class = load_entry_point(BACKENDS[backend])  # a key of the table, never a name from a file
-        self.physics = physics_class(
-            model, self.num_envs, ("cfrc_ext", "actuator_force"), device=self.device, **options
-        )
+        # the feet's positions and velocities, for the biped terms that read them
+        self._feet_kinematics = bool(s.feet_slip_weight or s.feet_clearance_weight)
+        fields = ("cfrc_ext", "actuator_force") + ("xpos", "cvel", "subtree_com") * self._feet_kinematics
+        self.physics = physics_class(model, self.num_envs, fields, device=self.device, **options)
         self.backend = backend
         self._bind_tensors(model, bound)
         self._bind_randomized_fields(model)
@@ -510,6 +564,15 @@ class LeggedVelocityEnv(VecEnv):
         self._penalized = torch.as_tensor(bound.penalized, device=self.physics.device)
         self._contact_bodies = torch.cat([self._feet, self._termination, self._penalized])
         self._default_pos = torch.as_tensor(robot.per_joint("default_joint_pos"), **f32)
+        unknown = sorted(set(s.joint_deviation_joints) - set(robot.joints))
+        if unknown:
+            raise ValueError(
+                f"joint_deviation_joints names {unknown}, which are not joints of robot {robot.name!r}; its joints "
+                f"are {list(robot.joints)}"
+            )
+        self._deviation_mask = torch.tensor([name in s.joint_deviation_joints for name in robot.joints], **f32)
+        # MuJoCo's cvel is about the subtree centre of mass of each body's tree root (the base)
+        self._feet_root = torch.as_tensor(model.body_rootid[bound.feet], device=self.physics.device)
         self._default_pos_sim = self._default_pos.to(**sim)
         self._action_scale = torch.as_tensor(robot.per_joint("action_scale"), **f32)
         low, high = torch.as_tensor(bound.joint_range, **f32).unbind(1)
@@ -524,6 +587,7 @@ class LeggedVelocityEnv(VecEnv):
         self._noisy = bool(s.obs_noise_level) and bool(self._noise_half_width.any())
         self._gravity = torch.tensor([[0.0, 0.0, -1.0]], **f32).expand(n, 3)
         self._every_env = torch.ones(n, dtype=torch.bool, device=dev)  # the noise's draw mask, every step
+        self._no_term = torch.zeros(n, **f32)  # a reward term whose weight is zero
         self._resample_steps = max(1, round(s.resampling_time_s / self.dt))
         self._push_steps = max(1, round(s.push_interval_s / self.dt))
 
@@ -548,6 +612,8 @@ class LeggedVelocityEnv(VecEnv):
             ).T.contiguous(),
             "curriculum_sums": torch.zeros(2, **f32),  # tracking sums of the episodes ended in this window, their count
         }
+        if s.feet_air_time_biped_weight:
+            self._task_state["contact_time"] = torch.zeros(n, feet, **f32)
         self._placement = None
         if self.terrain is not None:
             self._placement = TerrainPlacement(self.terrain, n, dev, s.max_init_terrain_level, s.terrain_curriculum)
@@ -626,6 +692,7 @@ class LeggedVelocityEnv(VecEnv):
         lin_error = (commands[:, :2] - state["lin_vel"][:, :2]).square().sum(1)
         yaw_error = (commands[:, 2] - state["ang_vel"][:, 2]).square()
         joint_pos, joint_vel = state["joint_pos"], state["joint_vel"]
+        biped_terms = self._biped_terms(state, contact, moving)
         terms = torch.stack(
             [
                 torch.exp(-lin_error / s.tracking_sigma),
@@ -640,6 +707,8 @@ class LeggedVelocityEnv(VecEnv):
                 ((self._air_time - s.feet_air_time_target) * first_contact).sum(1) * moving,
                 (forces[:, self._penalized_rows].norm(dim=2) > 0.1).sum(1).float(),
                 self._terminated.float(),
+                *biped_terms,
+                (joint_pos.abs() * self._deviation_mask).sum(1),
             ],
             dim=1,
         )
@@ -661,6 +730,26 @@ class LeggedVelocityEnv(VecEnv):
             self._noise.copy_(noise * self._noise_half_width)
         self._step_state = state
         return self._reward, self._terminated
+
+    def _biped_terms(self, state, contact: torch.Tensor, moving: torch.Tensor) -> list[torch.Tensor]:
+        """``feet_air_time_biped``, ``feet_slip`` and ``feet_clearance`` (module docstring), zero where their weights
+        are: the quadruped's step reads no foot kinematics."""
+        s = self.settings
+        biped = slip = clearance = self._no_term
+        if s.feet_air_time_biped_weight:
+            self._contact_time.add_(self.dt).mul_(contact)
+            biped = single_stance_time(contact, self._contact_time, self._air_time, s.feet_air_time_biped_threshold)
+            biped = biped * moving
+        if self._feet_kinematics:
+            speed = state["feet_vel"][..., :2].norm(dim=-1)
+            slip = (speed * contact).sum(1)
+            height = state["feet_pos"][..., 2]
+            if self.terrain is not None:
+                height = height - self.terrain.heights_at(state["feet_pos"][..., :2])
+            commands = self._commands
+            active = commands[:, :2].norm(dim=1) + commands[:, 2].abs() > 0.05
+            clearance = ((height - s.feet_clearance_target).abs() * speed).sum(1) * active
+        return [biped, slip, clearance]
 
     def _read_state(self, env_ids: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
         """The quantities the task reads, as float32 on ``device``: of every environment, or of ``env_ids``."""
@@ -687,7 +776,19 @@ class LeggedVelocityEnv(VecEnv):
             "joint_vel": qvel.index_select(1, self._dof_ids.to(dev)),
             "torques": rows(physics.derived["actuator_force"]).to(dev, torch.float32),
             "forces": forces,  # [N, feet + termination + penalised bodies, 3], world frame
+            **(self._read_feet(rows) if self._feet_kinematics else {}),
         }
+
+    def _read_feet(self, rows) -> dict[str, torch.Tensor]:
+        """The feet's positions and linear velocities ``[N, F, 3]`` (world frame, of their bodies' origins). MuJoCo's
+        ``cvel`` is ``(angular, linear)`` at the tree root's subtree centre of mass ``c``, so
+        ``v(p) = v_c + w x (p - c)``."""
+        derived, dev = self.physics.derived, self.device
+        position = rows(derived["xpos"]).index_select(1, self._feet)
+        spatial = rows(derived["cvel"]).index_select(1, self._feet)
+        centre = rows(derived["subtree_com"]).index_select(1, self._feet_root)
+        velocity = spatial[..., 3:] + torch.cross(spatial[..., :3], position - centre, dim=-1)
+        return {"feet_pos": position.to(dev, torch.float32), "feet_vel": velocity.to(dev, torch.float32)}
 
     @property
     def _feet_rows(self) -> slice:
@@ -857,7 +958,9 @@ class LeggedVelocityEnv(VecEnv):
         physics.forward(ids)
         selection.write(self._targets, targets)
         rows = draws.shape[0]  # the selected environments (by index), or all of them (by mask)
-        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts"):
+        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts", "contact_time"):
+            if name not in self._task_state:  # contact_time: only with the biped gait term
+                continue
             state = self._task_state[name]
             selection.write(state, torch.zeros((rows, *state.shape[1:]), dtype=state.dtype, device=state.device))
         self._draw_commands(selection)
@@ -988,3 +1091,49 @@ class LeggedVelocityEnv(VecEnv):
         self._critic_obs.copy_(state["critic_obs"])
         restore_bank(self.reset_bank, state)
         self._load_episode_state_dict(state)
+
+
+# Isaac Lab's G1 flat-ground recipe (isaaclab_tasks locomotion/velocity/config/g1: G1RoughEnvCfg's rewards with
+# G1FlatEnvCfg's changes, over LocomotionVelocityRoughEnvCfg): the biped terms, a termination penalty of -200, no
+# clip at zero. Isaac Lab counts torques and joint accelerations on the hips and knees only and joint limits on the
+# ankles only; here they count on every joint. feet_clearance (mjlab's) stays off: it is not part of this recipe.
+HUMANOID_SETTINGS = {
+    "lin_vel_x_range": (-1.0, 1.0),
+    "lin_vel_y_range": (-0.5, 0.5),
+    "ang_vel_yaw_range": (-1.0, 1.0),
+    "tracking_lin_vel_weight": 1.0,
+    "tracking_ang_vel_weight": 1.0,
+    "lin_vel_z_weight": -0.2,
+    "ang_vel_xy_weight": -0.05,
+    "orientation_weight": -1.0,
+    "torques_weight": -2.0e-6,
+    "dof_acc_weight": -1.0e-7,
+    "action_rate_weight": -0.005,
+    "dof_pos_limits_weight": -1.0,
+    "feet_air_time_weight": 0.0,
+    "collision_weight": 0.0,
+    "termination_weight": -200.0,
+    "feet_air_time_biped_weight": 0.75,
+    "feet_air_time_biped_threshold": 0.4,
+    "feet_slip_weight": -0.1,
+    "joint_deviation_weight": -0.1,
+    "joint_deviation_joints": (
+        "left_hip_yaw_joint",
+        "left_hip_roll_joint",
+        "right_hip_yaw_joint",
+        "right_hip_roll_joint",
+        "waist_yaw_joint",
+    ),
+    "only_positive_rewards": False,
+    "reset_joint_pos_noise": 0.0,  # Isaac Lab's G1 resets its joints to the default pose exactly
+}
+"""``HumanoidVelocity-Flat-v0``'s task settings, over ``VelocitySettings``' defaults."""
+
+
+class HumanoidVelocityEnv(LeggedVelocityEnv):
+    """The velocity task on the G1-class humanoid (``config.HUMANOID``) with ``HUMANOID_SETTINGS`` as its defaults:
+    the same task code, the biped reward terms switched on. Every keyword overrides them."""
+
+    def __init__(self, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
+        kwargs.setdefault("robot", "humanoid")
+        super().__init__(num_envs, device, seed, **{**HUMANOID_SETTINGS, **kwargs})
