@@ -202,20 +202,23 @@ def shipped_settings(algo_name: str, env_id: str) -> dict:
     return tuned_settings(load_algorithm(algo_name), env_id)
 
 
-def legged_arguments(doc: str, env_ids: tuple[str, ...] = ()) -> argparse.Namespace:
-    """The legged suites' command line (``--minutes``, 60; ``--eval-every-steps``, 1M; the seeds; resuming; ``--env``,
-    one of ``env_ids``, the first by default, where a suite offers several), parsed and checked, with the wall-clock
-    estimate printed."""
+def legged_arguments(
+    doc: str, env_ids: tuple[str, ...] = (), minutes: float = 60.0, runs_per_seed: int = 1
+) -> argparse.Namespace:
+    """The legged suites' command line (``--minutes``, default ``minutes``; ``--eval-every-steps``, 1M; the seeds;
+    resuming; ``--env``, one of ``env_ids``, the first by default, where a suite offers several), parsed and checked,
+    with the wall-clock estimate (``runs_per_seed`` runs of each seed) printed."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if env_ids:
         parser.add_argument("--env", choices=env_ids, default=env_ids[0], help=f"the task (default {env_ids[0]})")
-    parser.add_argument("--minutes", type=float, default=60.0, help="wall-clock budget of each run")
+    parser.add_argument("--minutes", type=float, default=minutes, help="wall-clock budget of each run")
     parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
     add_seed_arguments(parser)
     add_resume_arguments(parser)
     args = parser.parse_args()
     check_seed_arguments(parser, args)
-    print(wall_clock_estimate(len(args.seeds), args.minutes, grid((args.seeds, "seed"))), flush=True)
+    parts = grid((args.seeds, "seed"), (runs_per_seed, "training")) if runs_per_seed > 1 else grid((args.seeds, "seed"))
+    print(wall_clock_estimate(len(args.seeds) * runs_per_seed, args.minutes, parts), flush=True)
     return args
 
 
@@ -293,6 +296,13 @@ def over_seeds(by_seed: dict[int, float]) -> OverSeeds:
     best = int(np.argmax(values))
     std = float(values.std(ddof=1)) if len(values) > 1 else math.nan
     return OverSeeds(float(values.mean()), std, float(values[best]), seeds[best], len(values))
+
+
+def lower_is_better(by_seed: dict[int, float]) -> OverSeeds:
+    """``over_seeds`` for a quantity where lower is better (an error, a fall rate): the best seed is the lowest."""
+    flipped = over_seeds({seed: -value for seed, value in by_seed.items()})
+    # + 0.0: a mean of zeros comes back as -0.0, which would print as "-0.000"
+    return OverSeeds(-flipped.mean + 0.0, flipped.std, -flipped.best + 0.0, flipped.best_seed, flipped.n)
 
 
 def mean_std(stats: OverSeeds, fmt: str = "{:,.0f}") -> str:

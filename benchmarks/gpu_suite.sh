@@ -16,12 +16,13 @@
 #      LEGGED_S seconds (goal: under 0.2 m/s within 5 minutes); it takes what the suite has left, up to LEGGED_S, so
 #      give the whole suite TOTAL_S=900 to run it in full;
 #   9. the same on QuadrupedVelocity-Rough-v0 for what is left, up to ROUGH_S: the terrain level the curriculum
-#      reached and the tracking error.
+#      reached and the tracking error;
+#  10. the same on HumanoidVelocity-Flat-v0 for what is left, up to HUMANOID_S: the tracking error and falls.
 # Everything goes to $RESULTS (default: $OUT if set, else benchmarks/results/gpu/): a log per step, the result files
 # of each step, and summary.md (status and time of every step, then the results side by side).
 #
 # Settings (environment variables): TOTAL_S (600, the whole suite's budget; steps are cut to what is left), LEGGED_S
-# (300, step 8's training budget), ROUGH_S (120, step 9's),
+# (300, step 8's training budget), ROUGH_S (120, step 9's), HUMANOID_S (120, step 10's),
 # TRAIN_S (80, wall-clock budget of each training run), NUM_ENVS_PPO (4096), NUM_ENVS_PQL (4096), PPO_SET and PQL_SET
 # (extra `--set` assignments), PY (the Python to use; default .venv/bin/python).
 set -euo pipefail
@@ -53,6 +54,7 @@ if [[ $SMOKE == 1 ]]; then
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=120 LIMIT_HOT=240 LIMIT_TRAIN=$((TRAIN_S + 60))
     LEGGED_S=${LEGGED_S:-20}
     ROUGH_S=${ROUGH_S:-20}
+    HUMANOID_S=${HUMANOID_S:-20}
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-8}
     LEGGED_BACKEND=cpu
     LEGGED_SET=${LEGGED_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
@@ -73,6 +75,7 @@ else
     LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=100 LIMIT_HOT=120 LIMIT_TRAIN=$((TRAIN_S + 45))
     LEGGED_S=${LEGGED_S:-300}
     ROUGH_S=${ROUGH_S:-120}
+    HUMANOID_S=${HUMANOID_S:-120}
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-4096}
     LEGGED_BACKEND=warp
     # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for 256 on a CPU)
@@ -206,8 +209,9 @@ run_step ppo_ant_torchrun "$LIMIT_TRAIN" train ppo "$NUM_ENVS_PPO" "$PPO_SET" "$
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 1
 run_step pql_ant "$LIMIT_TRAIN" train pql "$NUM_ENVS_PQL" "$PQL_SET" "$RESULTS/pql_ant" "$PY"
 
-# 8-9. The quadruped on flat ground, then on rough terrain, each with what is left (up to LEGGED_S, ROUGH_S): the
-# shipped settings of agents/hyperparams/ppo.yaml on MuJoCo Warp, the task metrics from summary.json.
+# 8-10. The quadruped on flat ground, then on rough terrain, then the humanoid, each with what is left (up to
+# LEGGED_S, ROUGH_S, HUMANOID_S): the shipped settings of agents/hyperparams/ppo.yaml on MuJoCo Warp, the task metrics
+# from summary.json.
 legged() {  # ENV_ID RUN_NAME BUDGET_S
     # shellcheck disable=SC2086 # LEGGED_SET is a list of KEY=VALUE words
     "$PY" -m rl_suite train ppo "$1" --device "$DEVICE" --num-envs "$NUM_ENVS_LEGGED" --seed 0 \
@@ -216,7 +220,8 @@ legged() {  # ENV_ID RUN_NAME BUDGET_S
 }
 export -f legged
 export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET
-for task in "QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" "QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S"; do
+for task in "QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" "QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S" \
+    "HumanoidVelocity-Flat-v0 ppo_humanoid $HUMANOID_S"; do
     read -r env_id name wanted <<<"$task"
     rm -rf "${RESULTS:?}/$name"
     LEFT=$((TOTAL_S - (SECONDS - SUITE_START) - 60))
@@ -268,7 +273,8 @@ if "ppo_ant" in walls and "ppo_ant_torchrun" in walls:
     lines += ["", f"torchrun (1 process) against the plain run, wall-clock per env step: "
               f"{walls['ppo_ant_torchrun'] / walls['ppo_ant']:.3f}x (1.000 = no overhead)."]
 for run, title in (("ppo_quadruped", "QuadrupedVelocity-Flat-v0 (goal: planar tracking error under 0.2 m/s within "
-                   "5 minutes)"), ("ppo_quadruped_rough", "QuadrupedVelocity-Rough-v0 (no goal yet)")):
+                   "5 minutes)"), ("ppo_quadruped_rough", "QuadrupedVelocity-Rough-v0 (no goal yet)"),
+                  ("ppo_humanoid", "HumanoidVelocity-Flat-v0 (no goal yet)")):
     path = results / run / "summary.json"
     if not path.exists():
         continue

@@ -77,13 +77,6 @@ def machine() -> str:
     return f"{common.cpu_name()}; torch {torch.__version__} ({torch.get_num_threads()} threads)"
 
 
-def lower_is_better(by_seed: dict[int, float]) -> common.OverSeeds:
-    """``common.over_seeds`` for a quantity where lower is better: the best seed is the lowest."""
-    flipped = common.over_seeds({seed: -value for seed, value in by_seed.items()})
-    # + 0.0: a mean of zeros comes back as -0.0, which would print as "-0.000"
-    return common.OverSeeds(-flipped.mean + 0.0, flipped.std, -flipped.best + 0.0, flipped.best_seed, flipped.n)
-
-
 def main() -> None:
     args = common.legged_arguments(__doc__, tuple(TASKS))
     finished = common.FinishedRuns(args, "legged_training")
@@ -131,7 +124,7 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         writer.writeheader()
         writer.writerows(rows)
 
-    finals = {m: lower_is_better({s: runs[s]["final_eval"][m] for s in runs}) for m in METRICS}
+    finals = {m: common.lower_is_better({s: runs[s]["final_eval"][m] for s in runs}) for m in METRICS}
     fmt = "{:.3f}"
     met = finals["tracking_error_lin"].mean <= GOAL_ERROR and finals["fell"].mean <= GOAL_FALLS
     within = args.minutes <= GOAL_MINUTES
