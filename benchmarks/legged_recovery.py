@@ -12,9 +12,10 @@ shipped settings for ``--minutes`` each (default 30), one run after another with
 
 Each final policy then runs two evaluations:
 
-- recovery: ``RECOVERY_EPISODES`` episodes, each from a pose of a held-out bank (seed 2000, the same for every
-  policy), commanded to stand still for ``GRACE_S`` + ``HOLD_S`` s; an episode succeeds when the robot is up by the
-  end of the grace and stays up to the time limit (the task's termination: trunk contact, roll or pitch over 1 rad);
+- recovery: ``RECOVERY_EPISODES`` episodes, each from a pose drawn from a held-out bank of ``HELD_OUT_SIZE`` (seed
+  2000, the same for every policy), commanded to stand still for ``GRACE_S`` + ``HOLD_S`` s; an episode succeeds
+  when the robot is up by the end of the grace and stays up to the time limit (the task's termination: trunk
+  contact, roll or pitch over 1 rad);
 - walking: the task's usual evaluation (32 episodes of 20 s from its own resets: tracking error, falls), to show
   what the bank costs at walking.
 
@@ -40,7 +41,7 @@ ENV_ID = "QuadrupedVelocity-Flat-v0"
 GRACE_S, HOLD_S = 3.0, 2.0
 BANK_SIZE, BANK_FRACTION = 1024, 0.3
 RECOVERY_EPISODES, WALK_EPISODES = 64, 32
-HELD_OUT_SEED = 2000
+HELD_OUT_SEED, HELD_OUT_SIZE = 2000, 256
 VARIANTS = ("task resets", "with the fallen bank")
 
 
@@ -68,7 +69,7 @@ def evaluations(agent, env_kwargs: dict, seed: int) -> dict:
     from rl_suite.runner import evaluate
 
     eval_seed = seed + common.EVAL_SEED_OFFSET
-    held_out = fallen_bank("quadruped", RECOVERY_EPISODES, seed=HELD_OUT_SEED)
+    held_out = fallen_bank("quadruped", HELD_OUT_SIZE, seed=HELD_OUT_SEED)
     with rl_suite.make(ENV_ID, num_envs=RECOVERY_EPISODES, seed=eval_seed, **recovery_kwargs(env_kwargs)) as env:
         env.use_reset_bank(held_out, fraction=1.0)
         recovery = evaluate(agent, env, seed=eval_seed)
@@ -165,8 +166,9 @@ def write(runs: dict, baselines: dict, args) -> None:
         "",
         common.seeds_line(sorted({seed for _, seed in runs})),
         "",
-        f"Recovery: {RECOVERY_EPISODES} held-out fallen poses, standing command, up by {GRACE_S:g} s and still up at "
-        f"{GRACE_S + HOLD_S:g} s. Walking: the task's evaluation ({WALK_EPISODES} episodes of 20 s, its own resets).",
+        f"Recovery: {RECOVERY_EPISODES} episodes from a held-out bank of {HELD_OUT_SIZE} fallen poses, standing "
+        f"command, up by {GRACE_S:g} s and still up at {GRACE_S + HOLD_S:g} s. Walking: the task's evaluation "
+        f"({WALK_EPISODES} episodes of 20 s, its own resets).",
         "",
         "| | recovery success | walking: tracking error (m/s) | walking: falls | env steps |",
         "|---|---:|---:|---:|---:|",

@@ -588,11 +588,24 @@ def test_the_task_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
 LEGGED_WARP_TOLERANCE = {"obs": 3e-5, "critic_obs": 3e-5, "reward": 5e-7}
 
 
-def test_play_without_a_file_says_that_no_policy_is_shipped_yet(capsys):
+def test_play_without_a_file_where_none_is_shipped_says_so(capsys, tmp_path, monkeypatch):
     from rl_suite.cli import main
-    from rl_suite.envs.robots.deploy import SHIPPED_POLICIES
+    from rl_suite.envs.robots import deploy
 
-    if (SHIPPED_POLICIES / "quadruped_flat.onnx").is_file():
-        pytest.skip("a policy is shipped")
+    monkeypatch.setattr(deploy, "SHIPPED_POLICIES", tmp_path)  # an installation without the shipped file
     assert main(["play", "--no-viewer"]) == 2
     assert "no trained policy is shipped yet" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("command", [(0.5, 0.0, 0.0), (0.0, -0.5, 0.0)])
+def test_the_shipped_quadruped_policy_walks_from_rest_where_standing_scores_the_commands_speed(command):
+    """The shipped file (README: benchmarks/legged_training.py's best seed), run by ``rl-suite play`` on
+    ``MujocoRobot`` from the default pose for 5 s, start included. Standing still scores 0.5 m/s on both commands."""
+    from rl_suite.envs.robots.deploy import SHIPPED_POLICIES, play
+
+    assert (SHIPPED_POLICIES / "quadruped_flat.onnx").is_file()
+    result = play(command=command, seconds=5.0, viewer=False)
+    assert not result["fell"] and result["tracking_error_lin"] < TRACKING_FROM_REST, result
+
+
+TRACKING_FROM_REST = 0.25
