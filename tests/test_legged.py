@@ -608,4 +608,4 @@ def test_the_shipped_quadruped_policy_walks_from_rest_where_standing_scores_the_
     assert not result["fell"] and result["tracking_error_lin"] < TRACKING_FROM_REST, result
 
 
-TRACKING_FROM_REST = 0.25
+TRACKING_FROM_REST = 0.25  # seeds 0 and 1 of legged_training: 0.08-0.11 m/s on these commands, standing 0.5
