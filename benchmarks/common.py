@@ -191,6 +191,45 @@ class SimulatedClock:
         self.now += seconds
 
 
+# -- baselines and reports ---------------------------------------------------------------------------------------------
+
+
+class FixedPolicy:
+    """Play that learned nothing, as the runner's evaluation asks for actions: zero actions (``"standing"``: the
+    default pose held by PD, on a legged task) or N(0, 1) actions (``"random"``: an untrained Gaussian policy's)."""
+
+    def __init__(self, kind: str, seed: int, action_size: int):
+        if kind not in ("standing", "random"):
+            raise ValueError(f"kind must be 'standing' or 'random', got {kind!r}")
+        self.kind, self.action_size = kind, action_size
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def act(self, obs, deterministic: bool = True):
+        shape = (obs.shape[0], self.action_size)
+        if self.kind == "standing":
+            return torch.zeros(shape), {}
+        return torch.randn(shape, generator=self.generator), {}
+
+
+def write_report(path: pathlib.Path, lines: list[str]) -> None:
+    """Write a report's markdown lines to ``path`` and print them."""
+    path.write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or ``None`` (said on stderr) where matplotlib is not installed."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        print("no matplotlib: no plot", file=sys.stderr)
+        return None
+    return plt
+
+
 # -- one training run --------------------------------------------------------------------------------------------------
 
 

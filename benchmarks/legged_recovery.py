@@ -55,11 +55,16 @@ def bank_file(finished: common.FinishedRuns, seed: int):
     return path
 
 
+def without_bank(env_kwargs: dict) -> dict:
+    """The trained task's keywords (observation, rewards, grace) less its training bank."""
+    return {k: v for k, v in env_kwargs.items() if k not in ("reset_bank", "reset_bank_fraction")}
+
+
 def recovery_kwargs(env_kwargs: dict) -> dict:
-    """The trained task's keywords (observation, rewards) for the recovery evaluation: standing still, a short
-    episode, no bank of its own (the held-out one is attached)."""
-    kept = {k: v for k, v in env_kwargs.items() if k not in ("reset_bank", "reset_bank_fraction")}
-    return {**kept, "standing_probability": 1.0, "episode_length_s": GRACE_S + HOLD_S, "fall_grace_s": GRACE_S}
+    """The trained task's keywords for the recovery evaluation: standing still, a short episode, no bank of its own
+    (the held-out one is attached)."""
+    return {**without_bank(env_kwargs), "standing_probability": 1.0, "episode_length_s": GRACE_S + HOLD_S,
+            "fall_grace_s": GRACE_S}  # fmt: skip
 
 
 def evaluations(agent, env_kwargs: dict, seed: int) -> dict:
@@ -73,24 +78,12 @@ def evaluations(agent, env_kwargs: dict, seed: int) -> dict:
     with rl_suite.make(ENV_ID, num_envs=RECOVERY_EPISODES, seed=eval_seed, **recovery_kwargs(env_kwargs)) as env:
         env.use_reset_bank(held_out, fraction=1.0)
         recovery = evaluate(agent, env, seed=eval_seed)
-    walking_kwargs = {k: v for k, v in env_kwargs.items() if k not in ("reset_bank", "reset_bank_fraction")}
-    with rl_suite.make(ENV_ID, num_envs=WALK_EPISODES, seed=eval_seed, **walking_kwargs) as env:
+    with rl_suite.make(ENV_ID, num_envs=WALK_EPISODES, seed=eval_seed, **without_bank(env_kwargs)) as env:
         walking = evaluate(agent, env, seed=eval_seed)
     return {
         "recovery": 1.0 - recovery["fell"],
         "walking": {m: walking[m] for m in ("tracking_error_lin", "tracking_error_yaw", "fell")},
     }
-
-
-class FixedPolicy:
-    """Standing (zero action) or random (N(0, 1)) play, as the runner's evaluation asks for actions."""
-
-    def __init__(self, kind: str, seed: int):
-        self.kind, self.generator = kind, torch.Generator().manual_seed(seed)
-
-    def act(self, obs, deterministic: bool = True):
-        shape = (obs.shape[0], 12)
-        return (torch.zeros(shape) if self.kind == "standing" else torch.randn(shape, generator=self.generator)), {}
 
 
 def train(finished, args, seed: int, variant: str) -> dict:
@@ -107,6 +100,9 @@ def train(finished, args, seed: int, variant: str) -> dict:
         settings=common.shipped_settings("ppo", ENV_ID),
         grace_s=GRACE_S,
         bank=dict(size=BANK_SIZE, fraction=BANK_FRACTION, seed=1000 + seed) if "bank" in variant else None,
+        # the evaluations are part of the result kept, so what shapes them is part of the job
+        recovery=dict(episodes=RECOVERY_EPISODES, held_out=HELD_OUT_SIZE, seed=HELD_OUT_SEED, hold_s=HOLD_S),
+        walking_episodes=WALK_EPISODES,
     )
     result = finished.get(job)
     if result is None:
@@ -136,7 +132,7 @@ def main() -> None:
                 flush=True,
             )
     shipped = common.shipped_settings("ppo", ENV_ID)["env_kwargs"]
-    baselines = {kind: evaluations(FixedPolicy(kind, 0), {**shipped, "fall_grace_s": GRACE_S}, 0) for kind in
+    baselines = {kind: evaluations(common.FixedPolicy(kind, 0, 12), {**shipped, "fall_grace_s": GRACE_S}, 0) for kind in
                  ("standing", "random")}  # fmt: skip
     write(runs, baselines, args)
 
@@ -200,8 +196,7 @@ def write(runs: dict, baselines: dict, args) -> None:
         f"seeds at equal wall-clock: {common.mean_std(banked, percent)} against {common.mean_std(plain, percent)} "
         f"(standing play: {percent.format(baselines['standing']['recovery'])}).",
     ]
-    (folder / "legged_recovery.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.write_report(folder / "legged_recovery.md", lines)
 
 
 if __name__ == "__main__":

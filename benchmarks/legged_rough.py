@@ -25,7 +25,6 @@ from __future__ import annotations
 import csv
 import datetime
 import math
-import sys
 
 import common
 import torch
@@ -83,13 +82,9 @@ def course_success(act, env_kwargs: dict, course: str, seed: int) -> dict:
 
 
 def baseline_act(kind: str, seed: int):
-    generator = torch.Generator().manual_seed(seed)
-
-    def act(obs):
-        shape = (obs.shape[0], 12)
-        return torch.zeros(shape) if kind == "standing" else torch.randn(shape, generator=generator)
-
-    return act
+    """Standing or random play's ``act(obs)`` (``common.FixedPolicy``), for the courses."""
+    policy = common.FixedPolicy(kind, seed, 12)
+    return lambda obs: policy.act(obs)[0]
 
 
 def machine() -> str:
@@ -177,15 +172,9 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
         lines.append(f"| {label} | | " + " | ".join(percent.format(courses[n]["success"]) for n in COURSES) + " |")
     lines += ["", "![terrain level against wall-clock](legged_rough.png)"]
-    (folder / "legged_rough.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", file=sys.stderr)
+    common.write_report(folder / "legged_rough.md", lines)
+    plt = common.pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(6, 4))
     for seed, result in runs.items():

@@ -43,27 +43,13 @@ GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.25, 0.05, 60.0
 METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
 
 
-class FixedPolicy:
-    """Answers the runner's evaluation with zero actions (standing) or N(0, 1) actions (random)."""
-
-    def __init__(self, env, kind: str, seed: int):
-        self.env, self.kind = env, kind
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def act(self, obs, deterministic: bool = True):
-        shape = (self.env.num_envs, *self.env.action_space.shape)
-        if self.kind == "standing":
-            return torch.zeros(shape), {}
-        return torch.randn(shape, generator=self.generator), {}
-
-
 def baseline(env_id: str, kind: str, seed: int, env_kwargs: dict) -> dict:
     import rl_suite
     from rl_suite.runner import evaluate
 
     eval_seed = seed + common.EVAL_SEED_OFFSET
     env = rl_suite.make(env_id, num_envs=EVAL_EPISODES, seed=eval_seed, **env_kwargs)
-    return evaluate(FixedPolicy(env, kind, seed), env, seed=eval_seed)
+    return evaluate(common.FixedPolicy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
 
 
 def first_goal_minutes(evaluations: list[dict]) -> float | None:
@@ -162,15 +148,9 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         "",
         f"![tracking error against wall-clock]({stem}.png)",
     ]
-    (folder / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        print("no matplotlib: no plot", file=sys.stderr)
+    common.write_report(folder / f"{stem}.md", lines)
+    plt = common.pyplot()
+    if plt is None:
         return
     figure, axis = plt.subplots(figsize=(6, 4))
     for seed, summary in runs.items():
