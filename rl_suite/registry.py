@@ -353,6 +353,18 @@ register("QuadrupedVelocity-Rough-v0", "rl_suite.envs.robots.velocity:LeggedVelo
 # ... and the G1-class humanoid on flat ground, with the biped reward terms (velocity.HUMANOID_SETTINGS)
 register("HumanoidVelocity-Flat-v0", "rl_suite.envs.robots.velocity:HumanoidVelocityEnv", robot="humanoid")
 
+# The DeepMind Control Suite on batched physics (rl_suite/envs/dmc), with dm_control's semantics and model files (the
+# dm_control package, as data), as dm_control/<domain>-<task>-v0 (the Farama convention). This table is the one place
+# that names them: rl_suite.envs.dmc.env builds its domains from it.
+DMC_TASKS: dict[str, tuple[str, ...]] = {
+    "cartpole": ("balance", "balance_sparse", "swingup", "swingup_sparse"),
+    "pendulum": ("swingup",),
+}
+for _domain, _tasks in DMC_TASKS.items():
+    for _task in _tasks:
+        register(f"dm_control/{_domain}-{_task}-v0", "rl_suite.envs.dmc.env:DMCVecEnv", domain=_domain, task=_task)
+del _domain, _tasks, _task
+
 # Multi-agent tasks (batched torch; no gymnasium counterparts). Spread and Tag follow mpe2's simple_spread_v3 and
 # simple_tag_v3; the skirmish scenarios are ours, in the spirit of SMAC's maps of the same names.
 register("Spread-v0", "rl_suite.envs.multiagent.mpe:Spread")

@@ -598,10 +598,11 @@ def test_a_path_that_does_not_exist_is_reported():
 def test_a_backend_without_a_member_or_with_another_signature_is_reported():
     pytest.importorskip("mujoco")
     source = example("## A new physics backend", "python")
-    source = source.replace("def step(self, nstep: int)", "def step(self, steps: int)").replace(
+    source = source.replace("def step(self, nstep: int,", "def step(self, steps: int,").replace(
         "self.derived", "derived"
     )
     assert backend_problems(source) == [
         "MyPhysics does not set 'derived'",
-        "MyPhysics.step(self, steps: 'int') -> 'None': expected (self, nstep: 'int') -> 'None'",
+        "MyPhysics.step(self, steps: 'int', kinematics: 'bool' = False) -> 'None': expected (self, nstep: 'int', "
+        "kinematics: 'bool' = False) -> 'None'",
     ]

@@ -96,8 +96,11 @@ class PhysicsBackend(Protocol):
     applied forces, ...): everything that decides the next step, for checkpoints. ``qpos``, ``qvel``, ``ctrl`` and
     ``xfrc_applied`` are views of it."""
 
-    def step(self, nstep: int) -> None:
-        """Advance every simulation by ``nstep`` physics steps (``mj_step``) with the current controls."""
+    def step(self, nstep: int, kinematics: bool = False) -> None:
+        """Advance every simulation by ``nstep`` physics steps (``mj_step``) with the current controls. With
+        ``kinematics``, then recompute the position- and velocity-dependent fields and sensors at the new state
+        (``mj_step1``), as dm_control's physics does after every step; acceleration-dependent ones stay the last
+        substep's."""
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and forces, zero
@@ -106,6 +109,10 @@ class PhysicsBackend(Protocol):
     def forward(self, env_ids: torch.Tensor | None = None) -> None:
         """Make the chosen simulations' state alone decide what follows: clear the solver's warm-start and recompute
         their derived fields (``mj_forward``). Other simulations keep theirs."""
+
+    def contact_counts(self) -> torch.Tensor:
+        """``[N]`` int64: how many contacts each simulation's last evaluation found (``MjData.ncon``), for resets
+        that redraw a state until nothing penetrates, as dm_control's do."""
 
     def model_field(self, name: str) -> torch.Tensor:
         """The model field ``name`` (``body_mass``, ``geom_friction``, ...) given one value per simulation, as a
@@ -125,6 +132,7 @@ class _BatchConfig(ctypes.Structure):
 
 _lib: ctypes.CDLL | None = None
 _STAGE_NONE = int(mujoco.mjtStage.mjSTAGE_NONE)  # a call that computes nothing, but copies the outputs out
+_STAGE_KINEMATICS = int(mujoco.mjtStage.mjSTAGE_VEL)  # mj_step1: positions, velocities and their sensors
 _STAGE_FORWARD = int(mujoco.mjtStage.mjSTAGE_ACC)  # mj_forward
 
 
@@ -187,6 +195,10 @@ class CPUPhysics:
         # batch, on its threads. mjb_apply calls f(m, d, sim, arg); mj_rnePostConstraint(m, d) ignores the two
         # extra arguments, which every supported ABI (x86-64, AArch64) passes in registers the callee leaves alone.
         self._rne_post = ctypes.cast(lib.mj_rnePostConstraint, ctypes.c_void_p) if "cfrc_ext" in fields else None
+        size, elemsize = ctypes.c_int(), ctypes.c_int()
+        address = lib.mjb_output(self._batch, b"ncon", ctypes.byref(size), ctypes.byref(elemsize))
+        buffer = (ctypes.c_int32 * num_envs).from_address(address)
+        self._ncon = torch.from_numpy(np.frombuffer(buffer, dtype=np.int32))  # copied out after every call
 
     def _state_component(self, component: mujoco.mjtState) -> torch.Tensor:
         size = ctypes.c_int()
@@ -210,9 +222,11 @@ class CPUPhysics:
             message = self._lib.mjb_error(self._batch, first).decode()
             raise RuntimeError(f"MuJoCo raised in {failed} simulations during {what} (env {first}: {message})")
 
-    def step(self, nstep: int) -> None:
-        """Advance every simulation by ``nstep`` calls to ``mj_step`` with the current controls."""
-        self._check(self._lib.mjb_step(self._batch, None, 0, nstep, 0), "mj_step")
+    def step(self, nstep: int, kinematics: bool = False) -> None:
+        """Advance every simulation by ``nstep`` calls to ``mj_step`` with the current controls; with
+        ``kinematics``, then compute the position and velocity stages at the new state (``mj_step1``)."""
+        stage = _STAGE_KINEMATICS if kinematics else _STAGE_NONE
+        self._check(self._lib.mjb_step(self._batch, None, 0, nstep, stage), "mj_step")
         if self._rne_post is not None:
             self._check(self._lib.mjb_apply(self._batch, None, 0, self._rne_post, None, 0), "mj_rnePostConstraint")
             # mjb_apply does not copy the outputs out; a call that computes no stage does, and nothing else
@@ -235,6 +249,10 @@ class CPUPhysics:
         ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
         failed = self._lib.mjb_forward(self._batch, pointer, count, _STAGE_FORWARD)
         self._check(failed, "mj_forward")
+
+    def contact_counts(self) -> torch.Tensor:
+        """``[N]`` int64: the contacts each simulation's last call found (``MjData.ncon``)."""
+        return self._ncon.long()
 
     def data(self, env_id: int) -> mujoco.MjData:
         """A copy of one simulation's ``MjData``, derived fields included, for rendering."""

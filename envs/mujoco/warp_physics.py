@@ -146,7 +146,7 @@ class WarpPhysics:
         self.derived = {name: self._derived_view(name, data) for name in fields}
         self.overflow = wp.to_torch(self._d.overflow)
         self._rne_post = "cfrc_ext" in fields
-        self._graphs: dict[int, wp.Graph] = {}  # CUDA graph of step(nstep), by nstep
+        self._graphs: dict[tuple[int, bool], wp.Graph] = {}  # CUDA graphs of step, by (nstep, kinematics)
         self._model_fields: dict[str, torch.Tensor] = {}  # per-world model fields, kept alive here
         self._wp_stream = None
         if self._wp_device.is_cuda:
@@ -199,26 +199,29 @@ class WarpPhysics:
         if self._eq_active is not None:
             self._eq_active.copy_(self._eq_active_row != 0)
 
-    def _step(self, nstep: int) -> None:
+    def _step(self, nstep: int, kinematics: bool) -> None:
         for _ in range(nstep):
             mjw.step(self._m, self._d)
+        if kinematics:
+            mjw.step1(self._m, self._d)
         if self._rne_post:
             # as gymnasium's mj_rnePostConstraint after mj_step: cfrc_ext from the last substep's contacts
             mjw.rne_postconstraint(self._m, self._d)
 
-    def step(self, nstep: int) -> None:
-        """Advance every world by ``nstep`` calls to ``mjw.step`` with the current controls."""
+    def step(self, nstep: int, kinematics: bool = False) -> None:
+        """Advance every world by ``nstep`` calls to ``mjw.step`` with the current controls; with ``kinematics``,
+        then compute the position and velocity stages at the new state (``mjw.step1``)."""
         self._sync_eq_active()
         with wp.ScopedDevice(self._wp_device):
             if not self._wp_device.is_cuda:
-                self._step(nstep)  # CPU launches run synchronously: results are there on return
+                self._step(nstep, kinematics)  # CPU launches run synchronously: results are there on return
                 return
-            graph = self._graphs.get(nstep)
+            graph = self._graphs.get((nstep, kinematics))
             if graph is None:
                 # capture only records the launches (it runs nothing); the arrays never move, so it stays valid
                 with wp.ScopedCapture(device=self._wp_device) as capture:
-                    self._step(nstep)
-                graph = self._graphs[nstep] = capture.graph
+                    self._step(nstep, kinematics)
+                graph = self._graphs[nstep, kinematics] = capture.graph
             wp.capture_launch(graph, stream=self._stream())
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
@@ -264,6 +267,13 @@ class WarpPhysics:
     # mujoco_warp reads a model field's row ``worldid % rows``; set_const writes the rows its outputs have. These are
     # what it derives from masses and inertias, given one row per world when the masses get one.
     _MASS_DERIVED = ("body_subtreemass", "dof_invweight0", "body_invweight0", "tendon_invweight0", "actuator_acc0")
+
+    def contact_counts(self) -> torch.Tensor:
+        """``[N]`` int64: the contacts each world's last evaluation found (``MjData.ncon``). Reading how many
+        contacts there are in all is a host sync."""
+        total = int(wp.to_torch(self._d.nacon)[0])
+        worlds = wp.to_torch(self._d.contact.worldid)[:total].long()
+        return torch.bincount(worlds, minlength=self.num_envs)
 
     def model_field(self, name: str) -> torch.Tensor:
         """The model field ``name`` with one row per world, as a writable ``[N, *field shape]`` view initialised to
