@@ -603,6 +603,7 @@ def test_a_backend_without_a_member_or_with_another_signature_is_reported():
     )
     assert backend_problems(source) == [
         "MyPhysics does not set 'derived'",
-        "MyPhysics.step(self, steps: 'int', kinematics: 'bool' = False) -> 'None': expected (self, nstep: 'int', "
-        "kinematics: 'bool' = False) -> 'None'",
+        "MyPhysics.step(self, steps: 'int', kinematics: 'bool' = False, env_ids: 'torch.Tensor | None' = None) -> "
+        "'None': expected (self, nstep: 'int', kinematics: 'bool' = False, env_ids: 'torch.Tensor | None' = None) "
+        "-> 'None'",
     ]

@@ -14,6 +14,7 @@ shapes. Two backends:
 
 from __future__ import annotations
 
+import copy
 import ctypes
 import glob
 import os
@@ -52,6 +53,7 @@ def _load_mujoco_library() -> ctypes.CDLL:
         "mjb_getData": (None, [ptr, i32, ptr]),
         "mjb_expand": (ptr, [ptr, ctypes.c_char_p, ctypes.POINTER(i32), ctypes.POINTER(i32)]),
         "mjb_setConst": (i32, [ptr, ptr, i32]),
+        "mjb_setModels": (None, [ptr, ptr]),
     }
     for name, (restype, argtypes) in signatures.items():
         function = getattr(lib, name)
@@ -96,19 +98,20 @@ class PhysicsBackend(Protocol):
     applied forces, ...): everything that decides the next step, for checkpoints. ``qpos``, ``qvel``, ``ctrl`` and
     ``xfrc_applied`` are views of it."""
 
-    def step(self, nstep: int, kinematics: bool = False) -> None:
-        """Advance every simulation by ``nstep`` physics steps (``mj_step``) with the current controls. With
-        ``kinematics``, then recompute the position- and velocity-dependent fields and sensors at the new state
-        (``mj_step1``), as dm_control's physics does after every step; acceleration-dependent ones stay the last
-        substep's."""
+    def step(self, nstep: int, kinematics: bool = False, env_ids: torch.Tensor | None = None) -> None:
+        """Advance every simulation (or only ``env_ids``: the others keep their state and derived fields) by ``nstep``
+        physics steps (``mj_step``) with the current controls. With ``kinematics``, then recompute the position- and
+        velocity-dependent fields and sensors at the new state (``mj_step1``), as dm_control's physics does after
+        every step; acceleration-dependent ones stay the last substep's."""
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and forces, zero
         derived fields."""
 
-    def forward(self, env_ids: torch.Tensor | None = None) -> None:
+    def forward(self, env_ids: torch.Tensor | None = None, actuation: bool = True) -> None:
         """Make the chosen simulations' state alone decide what follows: clear the solver's warm-start and recompute
-        their derived fields (``mj_forward``). Other simulations keep theirs."""
+        their derived fields (``mj_forward``). Other simulations keep theirs. ``actuation=False`` computes them with
+        actuation disabled (``mjDSBL_ACTUATION``), as dm_control's resets do."""
 
     def contact_counts(self) -> torch.Tensor:
         """``[N]`` int64: how many contacts each simulation's last evaluation found (``MjData.ncon``), for resets
@@ -199,6 +202,8 @@ class CPUPhysics:
         address = lib.mjb_output(self._batch, b"ncon", ctypes.byref(size), ctypes.byref(elemsize))
         buffer = (ctypes.c_int32 * num_envs).from_address(address)
         self._ncon = torch.from_numpy(np.frombuffer(buffer, dtype=np.int32))  # copied out after every call
+        self._expanded: set[str] = set()  # model fields given per-simulation values (model_field)
+        self._unactuated = None  # forward(actuation=False)'s model, made when first asked for
 
     def _state_component(self, component: mujoco.mjtState) -> torch.Tensor:
         size = ctypes.c_int()
@@ -222,15 +227,17 @@ class CPUPhysics:
             message = self._lib.mjb_error(self._batch, first).decode()
             raise RuntimeError(f"MuJoCo raised in {failed} simulations during {what} (env {first}: {message})")
 
-    def step(self, nstep: int, kinematics: bool = False) -> None:
-        """Advance every simulation by ``nstep`` calls to ``mj_step`` with the current controls; with
-        ``kinematics``, then compute the position and velocity stages at the new state (``mj_step1``)."""
+    def step(self, nstep: int, kinematics: bool = False, env_ids: torch.Tensor | None = None) -> None:
+        """Advance every simulation (or ``env_ids``) by ``nstep`` calls to ``mj_step`` with the current controls;
+        with ``kinematics``, then compute the position and velocity stages at the new state (``mj_step1``)."""
         stage = _STAGE_KINEMATICS if kinematics else _STAGE_NONE
-        self._check(self._lib.mjb_step(self._batch, None, 0, nstep, stage), "mj_step")
+        ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
+        self._check(self._lib.mjb_step(self._batch, pointer, count, nstep, stage), "mj_step")
         if self._rne_post is not None:
-            self._check(self._lib.mjb_apply(self._batch, None, 0, self._rne_post, None, 0), "mj_rnePostConstraint")
+            failed = self._lib.mjb_apply(self._batch, pointer, count, self._rne_post, None, 0)
+            self._check(failed, "mj_rnePostConstraint")
             # mjb_apply does not copy the outputs out; a call that computes no stage does, and nothing else
-            self._check(self._lib.mjb_forward(self._batch, None, 0, _STAGE_NONE), "output copy")
+            self._check(self._lib.mjb_forward(self._batch, pointer, count, _STAGE_NONE), "output copy")
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """``mj_resetData`` on the chosen simulations: the model's initial state, zero controls and zero derived
@@ -239,16 +246,39 @@ class CPUPhysics:
         failed = self._lib.mjb_reset(self._batch, pointer, count, None, _STAGE_NONE)
         self._check(failed, "mj_resetData")
 
-    def forward(self, env_ids: torch.Tensor | None = None) -> None:
+    def forward(self, env_ids: torch.Tensor | None = None, actuation: bool = True) -> None:
         """Make the chosen simulations' state alone decide what follows: clear the solver's warm-start and
-        recompute their derived fields (``mj_forward``). Other simulations keep theirs."""
+        recompute their derived fields (``mj_forward``; with ``actuation=False``, with actuation disabled). Other
+        simulations keep theirs."""
         if env_ids is None:
             self._warmstart.zero_()
         else:
             self._warmstart.index_fill_(0, env_ids, 0.0)
         ids, pointer, count = _id_array(env_ids)  # noqa: F841 - ids keeps the array alive during the call
-        failed = self._lib.mjb_forward(self._batch, pointer, count, _STAGE_FORWARD)
+        if actuation:
+            failed = self._lib.mjb_forward(self._batch, pointer, count, _STAGE_FORWARD)
+        else:
+            failed = self._forward_unactuated(pointer, count)
         self._check(failed, "mj_forward")
+
+    def _forward_unactuated(self, pointer, count: int) -> int:
+        """``mj_forward`` on a copy of the model with actuation disabled (``mjb_setModels``, then back). A
+        simulation with its own model fields (``model_field``) would lose them on that copy: refused."""
+        if self._expanded:
+            raise RuntimeError(
+                f"forward(actuation=False) runs on the shared model: simulations with their own "
+                f"{', '.join(sorted(self._expanded))} cannot use it"
+            )
+        if self._unactuated is None:
+            model = copy.copy(self.model)
+            model.opt.disableflags |= int(mujoco.mjtDisableBit.mjDSBL_ACTUATION)
+            pointers = (ctypes.c_void_p * self.num_envs)(*[model._address] * self.num_envs)
+            self._unactuated = (model, pointers)  # kept alive: the batch reads them during the call
+        self._lib.mjb_setModels(self._batch, self._unactuated[1])
+        try:
+            return self._lib.mjb_forward(self._batch, pointer, count, _STAGE_FORWARD)
+        finally:
+            self._lib.mjb_setModels(self._batch, None)
 
     def contact_counts(self) -> torch.Tensor:
         """``[N]`` int64: the contacts each simulation's last call found (``MjData.ncon``)."""
@@ -268,6 +298,7 @@ class CPUPhysics:
         address = self._lib.mjb_expand(self._batch, name.encode(), ctypes.byref(size), ctypes.byref(elemsize))
         if not address or elemsize.value != 8 or size.value != reference.size:
             raise ValueError(f"{name!r} is not an mjModel field of float64 values that can vary per simulation")
+        self._expanded.add(name)
         buffer = (ctypes.c_double * (self.num_envs * size.value)).from_address(address)
         return torch.from_numpy(np.frombuffer(buffer, dtype=np.float64).reshape(self.num_envs, *reference.shape))
 

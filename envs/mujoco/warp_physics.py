@@ -33,6 +33,7 @@ against at most 4/5/10 contacts and 18/25/38 rows seen in long random-action MuJ
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import warnings
 from collections.abc import Sequence
@@ -208,9 +209,14 @@ class WarpPhysics:
             # as gymnasium's mj_rnePostConstraint after mj_step: cfrc_ext from the last substep's contacts
             mjw.rne_postconstraint(self._m, self._d)
 
-    def step(self, nstep: int, kinematics: bool = False) -> None:
-        """Advance every world by ``nstep`` calls to ``mjw.step`` with the current controls; with ``kinematics``,
-        then compute the position and velocity stages at the new state (``mjw.step1``)."""
+    def step(self, nstep: int, kinematics: bool = False, env_ids: torch.Tensor | None = None) -> None:
+        """Advance every world (or ``env_ids``) by ``nstep`` calls to ``mjw.step`` with the current controls; with
+        ``kinematics``, then compute the position and velocity stages at the new state (``mjw.step1``). mujoco_warp
+        steps every world: with ``env_ids``, the others' state and derived fields are put back afterwards."""
+        if env_ids is not None:
+            with self._keeping_others(env_ids):
+                self.step(nstep, kinematics)
+            return
         self._sync_eq_active()
         with wp.ScopedDevice(self._wp_device):
             if not self._wp_device.is_cuda:
@@ -237,32 +243,47 @@ class WarpPhysics:
                 view.index_fill_(0, env_ids, 0.0)
             self.overflow.index_fill_(0, env_ids, 0)
 
-    def forward(self, env_ids: torch.Tensor | None = None) -> None:
+    def forward(self, env_ids: torch.Tensor | None = None, actuation: bool = True) -> None:
         """Make the chosen worlds' state alone decide what follows: clear the solver's warm-start and recompute
         their derived fields (``mjw.forward``, which, as ``mj_forward``, leaves ``cfrc_ext`` alone unless sensors
-        need it). Other worlds keep theirs."""
+        need it; with ``actuation=False``, with actuation disabled). Other worlds keep theirs."""
         self._sync_eq_active()
         if env_ids is None:
             self._warmstart.zero_()
-            self._forward()
+            self._forward(actuation)
             return
         # mjw.forward runs on every world: keep the others' derived fields and put them back (no host sync). It
         # writes neither the state nor the warm-start, so the others' next step is unchanged.
+        with self._keeping_others(env_ids, state=False):
+            self._warmstart.index_fill_(0, env_ids, 0.0)
+            self._forward(actuation)
+
+    @contextlib.contextmanager
+    def _keeping_others(self, env_ids: torch.Tensor, state: bool = True):
+        """Run a call on every world, then put back the derived fields (and with ``state``, the state rows) of the
+        worlds outside ``env_ids``: no host sync."""
         keep = torch.ones(self.num_envs, dtype=torch.bool, device=self.device).index_fill_(0, env_ids, False)
         saved = {name: view.clone() for name, view in self.derived.items()}
-        self._warmstart.index_fill_(0, env_ids, 0.0)
-        self._forward()
-        for name, view in self.derived.items():
-            mask = keep.view(-1, *[1] * (view.dim() - 1))
-            view.copy_(torch.where(mask, saved[name], view))
+        if state:
+            saved["state"] = self.state.clone()
+        yield
+        views = {**self.derived, "state": self.state} if state else self.derived
+        for name, view in views.items():
+            view.copy_(torch.where(keep.view(-1, *[1] * (view.dim() - 1)), saved[name], view))
 
-    def _forward(self) -> None:
-        with wp.ScopedDevice(self._wp_device):
-            if self._wp_device.is_cuda:
-                with wp.ScopedStream(self._stream()):
+    def _forward(self, actuation: bool = True) -> None:
+        flags = self._m.opt.disableflags
+        if not actuation:  # a Python-side flag that mujoco_warp reads when it launches the call's kernels
+            self._m.opt.disableflags = flags | mjw.DisableBit.ACTUATION
+        try:
+            with wp.ScopedDevice(self._wp_device):
+                if self._wp_device.is_cuda:
+                    with wp.ScopedStream(self._stream()):
+                        mjw.forward(self._m, self._d)
+                else:
                     mjw.forward(self._m, self._d)
-            else:
-                mjw.forward(self._m, self._d)
+        finally:
+            self._m.opt.disableflags = flags
 
     # mujoco_warp reads a model field's row ``worldid % rows``; set_const writes the rows its outputs have. These are
     # what it derives from masses and inertias, given one row per world when the masses get one.
