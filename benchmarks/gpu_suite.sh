@@ -7,7 +7,8 @@
 # Steps (each under its own time limit; a failed or timed-out step is recorded and the suite goes on):
 #   1. environment: nvidia-smi, torch / CUDA, mujoco, mujoco_warp, warp versions, the GPU's name;
 #   2. CartPole-v1 env-steps/s, N up to 2^20;
-#   3. Ant-v5 env-steps/s on MuJoCo Warp (backend "warp"), N up to 2^14;
+#   3. Ant-v5 env-steps/s on MuJoCo Warp (backend "warp"), N up to 2^14; 3b. the same for the Control Suite's six
+#      representative tasks (benchmarks/dmc_throughput.py's), N = 1024 and 4096;
 #   4. the hot loop (benchmarks/hot_loop.py): eager, compile, cuda_graph, compile+cuda_graph, N up to 2^20;
 #   5. PPO on Ant-v5 (warp, cuda): wall-clock to an evaluation return of 6000, within a time budget;
 #   6. step 5 again under `torchrun --nproc_per_node 1`: the distributed overhead;
@@ -51,7 +52,9 @@ if [[ $SMOKE == 1 ]]; then
     NUM_ENVS_PQL=${NUM_ENVS_PQL:-4}
     PPO_SET=${PPO_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
     PQL_SET=${PQL_SET:-"learning_starts=64 batch_size=64 eval_every_steps=64 eval_episodes=2 hidden=[32,32] concurrent=false"}
-    LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=120 LIMIT_HOT=240 LIMIT_TRAIN=$((TRAIN_S + 60))
+    LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=120 LIMIT_HOT=240 LIMIT_TRAIN=$((TRAIN_S + 60)) LIMIT_DMC=240
+    DMC_N="4"
+    DMC_BACKEND=cpu # as ANT_BACKEND: warp on the CPU compiles for minutes
     LEGGED_S=${LEGGED_S:-20}
     ROUGH_S=${ROUGH_S:-20}
     HUMANOID_S=${HUMANOID_S:-20}
@@ -72,7 +75,9 @@ else
     PPO_SET=${PPO_SET:-"n_steps=32 epochs=5 minibatches=4 lr=3e-4 adaptive_kl=0.01 eval_every_steps=1000000 eval_episodes=32"}
     # PQL's paper settings (PQLConfig's defaults) are sized for a GPU; the YAML's Ant entry is the CPU one.
     PQL_SET=${PQL_SET:-"batch_size=8192 hidden=[512,256,128] activation=elu eval_every_steps=500000 eval_episodes=32"}
-    LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=100 LIMIT_HOT=120 LIMIT_TRAIN=$((TRAIN_S + 45))
+    LIMIT_ENV=60 LIMIT_CARTPOLE=60 LIMIT_ANT=100 LIMIT_HOT=120 LIMIT_TRAIN=$((TRAIN_S + 45)) LIMIT_DMC=150
+    DMC_N="1024 4096"
+    DMC_BACKEND=warp
     LEGGED_S=${LEGGED_S:-300}
     ROUGH_S=${ROUGH_S:-120}
     HUMANOID_S=${HUMANOID_S:-120}
@@ -178,6 +183,17 @@ run_step cartpole_throughput "$LIMIT_CARTPOLE" throughput CartPole-v1 - "$RESULT
 # shellcheck disable=SC2086
 run_step ant_throughput "$LIMIT_ANT" throughput Ant-v5 "$ANT_BACKEND" "$RESULTS/ant_throughput.csv" $ANT_N
 
+# 3b. The Control Suite on MuJoCo Warp, one CSV per task.
+dmc_throughput() {
+    for task in cartpole-swingup cheetah-run walker-walk humanoid-run quadruped-run dog-run; do
+        # shellcheck disable=SC2086 # the sizes are words
+        throughput "dm_control/$task-v0" "$DMC_BACKEND" "$RESULTS/dmc_throughput_$task.csv" $DMC_N || return 1
+    done
+}
+export -f dmc_throughput
+export DMC_BACKEND DMC_N
+run_step dmc_throughput "$LIMIT_DMC" dmc_throughput
+
 # 4. The hot loop, eager against compiled and graph-captured (it writes hot_loop.{csv,md,png} as it goes).
 run_step hot_loop "$LIMIT_HOT" "$PY" benchmarks/hot_loop.py --device "$DEVICE" --out "$RESULTS" \
     --budget-s $((LIMIT_HOT - 30)) "${HOT_LOOP_ARGS[@]}"
@@ -247,7 +263,7 @@ lines += ["| step | status | seconds | limit (s) |", "|---|---|---:|---:|"]
 with open(results / "steps.tsv") as f:
     for row in csv.DictReader(f, delimiter="\t"):
         lines.append(f"| {row['step']} | {row['status']} | {row['seconds']} | {row['limit_s']} |")
-for name in ("cartpole_throughput", "ant_throughput"):
+for name in ("cartpole_throughput", "ant_throughput", *sorted(p.stem for p in results.glob("dmc_throughput_*.csv"))):
     path = results / f"{name}.csv"
     if path.exists():
         rows = list(csv.DictReader(open(path)))

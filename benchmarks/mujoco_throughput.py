@@ -177,22 +177,22 @@ def physics_controls(model: mujoco.MjModel, num_envs: int, substeps: int) -> lis
     ]
 
 
-def rollout(xml_file: str, num_envs: int, nthread: int) -> Stepper:
-    """``mujoco.rollout`` with its checks skipped and every array preallocated, so the figure is the native call."""
-    model = mujoco.MjModel.from_xml_path(str(ASSETS / xml_file))
+def rollout(model: mujoco.MjModel, num_envs: int, nthread: int, substeps: int = FRAME_SKIP) -> Stepper:
+    """``mujoco.rollout`` with its checks skipped and every array preallocated, so the figure is the native call:
+    ``substeps`` physics steps per env-step."""
     data = mujoco.MjData(model)
     spec = mujoco.mjtState.mjSTATE_FULLPHYSICS  # rollout's state rows
     initial = np.empty((num_envs, mujoco.mj_stateSize(model, spec)))
     mujoco.mj_getState(model, data, initial[0], spec)
     initial[1:] = initial[0]
-    states = np.empty((num_envs, FRAME_SKIP, initial.shape[1]))
-    controls = physics_controls(model, num_envs, FRAME_SKIP)
+    states = np.empty((num_envs, substeps, initial.shape[1]))
+    controls = physics_controls(model, num_envs, substeps)
     models, datas = [model] * num_envs, [mujoco.MjData(model) for _ in range(nthread)]
     runner = mujoco.rollout.Rollout(nthread=nthread)
 
     def step(i: int) -> None:
         runner.rollout(
-            models, datas, initial, controls[i % ACTION_BATCHES], nstep=FRAME_SKIP, state=states, skip_checks=True
+            models, datas, initial, controls[i % ACTION_BATCHES], nstep=substeps, state=states, skip_checks=True
         )
         initial[:] = states[:, -1]  # warm restart: the next env-step continues from where this one ended
 
@@ -222,7 +222,7 @@ def measure_group(env_id: str, num_envs: int, seconds: float, nthread: int, asyn
     else:
         row["gym_async"] = f"skipped: {num_envs} processes"
     steppers["ours"] = ours(env_id, num_envs, nthread)
-    steppers["rollout"] = rollout(TASKS[env_id], num_envs, nthread)
+    steppers["rollout"] = rollout(mujoco.MjModel.from_xml_path(str(ASSETS / TASKS[env_id])), num_envs, nthread)
     steppers["batch"] = batch(TASKS[env_id], num_envs, nthread)
     sync = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
     steppers["gym_sync"] = gymnasium_vector(sync, num_envs)

@@ -357,8 +357,23 @@ register("HumanoidVelocity-Flat-v0", "rl_suite.envs.robots.velocity:HumanoidVelo
 # dm_control package, as data), as dm_control/<domain>-<task>-v0 (the Farama convention). This table is the one place
 # that names them: rl_suite.envs.dmc.env builds its domains from it.
 DMC_TASKS: dict[str, tuple[str, ...]] = {
+    "acrobot": ("swingup", "swingup_sparse"),
+    "ball_in_cup": ("catch",),
     "cartpole": ("balance", "balance_sparse", "swingup", "swingup_sparse"),
+    "cheetah": ("run",),
+    "finger": ("spin", "turn_easy", "turn_hard"),
+    "fish": ("upright", "swim"),
+    "hopper": ("stand", "hop"),
+    "humanoid": ("stand", "walk", "run"),
+    "manipulator": ("bring_ball",),
     "pendulum": ("swingup",),
+    "point_mass": ("easy",),
+    "reacher": ("easy", "hard"),
+    "swimmer": ("swimmer6", "swimmer15"),
+    "walker": ("stand", "walk", "run"),
+    # the hard set that TD-MPC2 and BRO report on
+    "quadruped": ("walk", "run"),
+    "dog": ("stand", "walk", "trot", "run"),
 }
 for _domain, _tasks in DMC_TASKS.items():
     for _task in _tasks:

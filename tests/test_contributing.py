@@ -200,9 +200,13 @@ def env_rows(readme: str) -> dict[str, dict[str, str]]:
 
 
 def space_text(space: gym.Space) -> str:
-    """A space as the README's tables write it: ``Discrete(2)``, ``Box(-2, 2, (1,))``."""
-    if isinstance(space, gym.spaces.Box) and np.unique(space.low).size == np.unique(space.high).size == 1:
-        return f"Box({space.low.flat[0]:g}, {space.high.flat[0]:g}, {space.shape})"
+    """A space as the README's tables write it: ``Discrete(2)``, ``Box(-2, 2, (1,))``, and where the bounds differ
+    between dimensions, their ranges: ``Box(-1..-0.8, 0.8..1.1, (12,))``."""
+    if isinstance(space, gym.spaces.Box):
+        low, high = np.unique(space.low), np.unique(space.high)
+        if low.size == high.size == 1:
+            return f"Box({low[0]:g}, {high[0]:g}, {space.shape})"
+        return f"Box({low[0]:g}..{low[-1]:g}, {high[0]:g}..{high[-1]:g}, {space.shape})"
     return str(space)
 
 

@@ -23,7 +23,12 @@ from rl_suite.registry import DMC_TASKS  # noqa: E402
 REFERENCE = Path(__file__).parent / "dmc_reference"
 TASKS = [f"{domain}-{task}" for domain, tasks in DMC_TASKS.items() for task in tasks]
 # (observation and reward, next state) absolute tolerances where the default does not hold, with the reason.
-TOLERANCES: dict[str, tuple[float, float]] = {}
+TOLERANCES: dict[str, tuple[float, float]] = {
+    # dog's contact-rich states step differently on MuJoCo 3.17 and 4.0: from the recorded state, plain MjData on 3.17
+    # reproduces dm_control's next state exactly and on 4.0 gives ours, 1.4e-4 away in qvel (3e-6 in qpos) at the
+    # worst recorded step (9 contacts), 1e-6 at another, 1e-13 at the other eight
+    **{f"dog-{task}": (5e-4, 5e-4) for task in ("stand", "walk", "trot", "run")},
+}
 DEFAULT_TOLERANCE = (1e-9, 1e-9)
 
 
@@ -41,19 +46,21 @@ def make(name: str, num_envs: int, **kwargs):
 def write_state(env, ref: dict[str, np.ndarray], prefix: str = "") -> None:
     """dm_control's recorded state, warm start included, into the physics rows (``set_state`` would clear the warm
     start, as gymnasium's does, and the solver starts from it)."""
-    physics = env.physics
+    physics, model = env.physics, env.model
     physics.qpos.copy_(torch.as_tensor(ref[prefix + "qpos"]))
     physics.qvel.copy_(torch.as_tensor(ref[prefix + "qvel"]))
+    if model.na:  # actuator activations: after time, qpos and qvel in MuJoCo's mjSTATE_INTEGRATION rows
+        start = 1 + model.nq + model.nv
+        physics.state[:, start : start + model.na].copy_(torch.as_tensor(ref[prefix + "act"]))
     if prefix == "":
         physics._warmstart.copy_(torch.as_tensor(ref["warmstart"]))  # both backends keep it as a state view
-    if env.task.task_state_size:
-        env.task.set_task_state(torch.as_tensor(ref[prefix + "task"]), env._all_envs)
+    if env.task.task_state_size:  # the recorded task state: the activations (written above), then the targets
+        env.task.set_task_state(torch.as_tensor(ref[prefix + "task"][:, model.na :]), env._all_envs)
 
 
 @pytest.mark.parametrize("name", TASKS)
 def test_one_step_from_dm_controls_states_gives_its_reward_observation_and_next_state(name):
     ref = reference(name)
-    assert ref["act"].shape[1] == 0, "actuator states (act) are not written by write_state yet"
     env = make(name, len(ref["action"]))
     env.reset(seed=0)
     write_state(env, ref)
@@ -73,20 +80,20 @@ def test_dm_controls_episode_starts_observe_the_same(name):
     ref = reference(name)
     env = make(name, len(ref["reset_qpos"]))
     env.reset(seed=0)
-    task_state = torch.as_tensor(ref["reset_task"]) if env.task.task_state_size else None
+    task_state = torch.as_tensor(ref["reset_task"]) if env.task_state_size else None
     obs = env.set_state(torch.as_tensor(ref["reset_qpos"]), torch.as_tensor(ref["reset_qvel"]), task_state)
     np.testing.assert_allclose(obs.double().numpy(), ref["reset_obs"], rtol=1e-6, atol=1e-7)
 
 
 @pytest.mark.parametrize("name", TASKS)
 def test_initial_states_follow_dm_controls_distribution(name):
-    """Each coordinate of 4,096 of our episode starts against dm_control's 2,000: the means within 6 standard errors
-    of their difference, the standard deviations within 6 (normal-theory) standard errors, and the 1, 25, 50, 75 and
-    99% quantiles within a tenth of dm_control's 1-99% range: a scale 15% off, or a shift by a tenth of the range,
-    fails. Coordinates dm_control does not randomise must be constant at its value. Seeded: it decides the same way
-    every run."""
+    """Each coordinate of 4,096 of our episode starts (1,024 for dog, whose MjData touch about 6 MB each) against
+    dm_control's 2,000: the means within 6 standard errors of their difference, the standard deviations within 6
+    (normal-theory) standard errors, and the 1, 25, 50, 75 and 99% quantiles within a tenth of dm_control's 1-99%
+    range: a scale 15% off (20% for dog), or a shift by a tenth of the range, fails. Coordinates dm_control does not
+    randomise must be constant at its value. Seeded: it decides the same way every run."""
     ref = reference(name)
-    env = make(name, 4096, seed=0)
+    env = make(name, 1024 if name.startswith("dog-") else 4096, seed=0)
     env.reset()
     ours = torch.cat([part.double() for part in env.get_state()], dim=1).numpy()
     n, m = len(ours), int(ref["start_count"])
@@ -94,7 +101,7 @@ def test_initial_states_follow_dm_controls_distribution(name):
     quantiles = np.quantile(ours, ref["start_quantile_levels"], axis=0)
     for c in range(ours.shape[1]):
         their_mean, their_std, their_q = ref["start_mean"][c], ref["start_std"][c], ref["start_quantiles"][:, c]
-        if their_std == 0:
+        if their_std <= 1e-12 * max(1.0, abs(their_mean)):  # constant: the std of equal values is ~1e-15, not 0
             np.testing.assert_allclose(ours[:, c], their_mean, atol=1e-12, err_msg=f"{name}: coordinate {c} varies")
             continue
         where = f"{name}: coordinate {c}"

@@ -9,8 +9,9 @@ timestep, action repeat, time limits and auto-reset.
 dm_control's model files are data: we locate the installed package without importing it (importing it imports its
 physics, which does not run against MuJoCo 4.0) and compile its XML with our own ``mujoco``. Where dm_control
 builds or edits a model in code (swimmer's links, manipulator's props), the domain's ``model_xml`` does the same
-edit. dm_control's ``Physics.after_reset`` runs ``mj_forward`` with actuation disabled; our resets run it with zero
-controls, which is the same for the motors of these tasks (no bias forces).
+edit. dm_control's ``Physics.after_reset`` runs ``mj_forward`` with actuation disabled, and so does ours
+(``DMCTask.after_reset``) where actuators have activations or bias forces; elsewhere, with zero controls, the two are
+the same numbers.
 """
 
 from __future__ import annotations
@@ -157,6 +158,11 @@ class DMCTask:
     """The keys of dm_control's observation dict, in its order: ``observe`` returns their values in this order."""
     task_state_size = 0
     """How many numbers the per-episode task state holds (randomised targets); 0 where there is none."""
+    reset_actuation: bool | None = None
+    """Whether ``after_reset``'s ``mj_forward`` runs with actuation. dm_control's runs without; ``None`` follows it
+    where that can change anything (actuators with activations or bias forces) and otherwise runs with, which is the
+    same numbers and works with per-environment model fields. A task sets ``True`` where nothing it reads at reset
+    depends on accelerations."""
 
     def model_xml(self) -> str:
         """The domain's model XML, as dm_control's ``get_model_and_assets`` builds it."""
@@ -167,11 +173,19 @@ class DMCTask:
         writes (``physics.model_field``)."""
         self.model = model
         self._num_envs = physics.num_envs
+        if self.reset_actuation is None:
+            self.reset_actuation = not (model.na > 0 or bool((model.actuator_biastype != 0).any()))
+
+    def after_reset(self, physics: PhysicsBackend, ids: Tensor) -> None:
+        """dm_control's ``physics.after_reset()`` on the simulations ``ids``: ``mj_forward`` with actuation disabled
+        (``reset_actuation``), which also clears their solver warm start."""
+        physics.forward(ids, actuation=self.reset_actuation)
 
     def initialize_episode(self, physics: PhysicsBackend, selection: Selection, rng: EnvStreams) -> None:
         """dm_control's ``initialize_episode`` for the selected environments: their physics was just reset
         (``mj_resetData``); write their initial state (``write_rows``), drawn from ``rng``. The env runs
-        ``mj_forward`` after it. Tasks that redraw until nothing penetrates call ``physics.forward`` themselves."""
+        ``after_reset`` after it. Tasks that redraw until nothing penetrates call ``after_reset`` themselves and read
+        ``physics.contact_counts()``."""
         raise NotImplementedError
 
     def observe(self, rows: PhysicsRows) -> list[Tensor]:

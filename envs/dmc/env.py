@@ -15,9 +15,10 @@ last one complete even where ``k`` does not divide 1,000.
 Backends as for the MuJoCo tasks: ``"cpu"`` (MuJoCo's batch API, float64) and ``"warp"`` (``mujoco_warp``,
 float32); the device picks one, ``backend=`` forces either.
 
-``get_state`` returns ``(qpos, qvel, task_state)``; ``task_state`` is the task's per-episode randomised targets
-(``[N, 0]`` where it has none), documented by each task. ``set_state`` takes the same three, so that any state can
-be set.
+``get_state`` returns ``(qpos, qvel, task_state)``: ``task_state`` is what decides an episode beyond qpos and
+qvel, the actuators' activations (where the model has any: quadruped, dog) then the task's per-episode randomised
+targets (documented by each task), ``[N, 0]`` where there are neither. ``set_state`` takes the same three, so that
+any state can be set.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ import torch
 
 from rl_suite.device import resolve_device
 from rl_suite.env import Selection, VecEnv, check_num_envs
-from rl_suite.envs.dmc.base import DMCTask, compile_model, selected_ids
+from rl_suite.envs.dmc.base import DMCTask, compile_model, selected_ids, write_rows
 from rl_suite.envs.mujoco.env import BACKENDS, PhysicsRows, close_renderer, render_physics
 from rl_suite.registry import DMC_TASKS, load_entry_point
 
@@ -148,29 +149,40 @@ class DMCVecEnv(VecEnv):
         ids = selected_ids(selection, self.physics.device)
         self.physics.reset(ids)
         self.task.initialize_episode(self.physics, selection, self.rng)
-        self.physics.forward(ids)
+        self.task.after_reset(self.physics, ids)
 
     # -- state --------------------------------------------------------------------------------------------
 
+    @property
+    def task_state_size(self) -> int:
+        """The width of ``task_state``: the activations, then the task's targets."""
+        return self.model.na + self.task.task_state_size
+
+    def _activations(self) -> torch.Tensor:
+        return self._all_rows.act  # a view of the physics' state rows
+
     def get_state(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """Copies of ``(qpos [N, nq], qvel [N, nv], task_state [N, k])`` in the backend's precision."""
-        return self.physics.qpos.clone(), self.physics.qvel.clone(), self.task.get_task_state().clone()
+        """Copies of ``(qpos [N, nq], qvel [N, nv], task_state [N, na + k])`` in the backend's precision."""
+        task_state = torch.cat([self._activations(), self.task.get_task_state().to(self.physics.qpos)], dim=1)
+        return self.physics.qpos.clone(), self.physics.qvel.clone(), task_state
 
     def set_state(self, qpos, qvel, task_state=None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Set ``qpos``, ``qvel`` and, where given, the task state of every environment (or of ``env_ids``), then
-        recompute derived quantities with a cleared warm-start (``mj_forward``). Returns the new observations. Step
-        counters and episode statistics carry on."""
+        recompute derived quantities with a cleared warm-start as an episode start does (the task's ``after_reset``:
+        ``mj_forward``, with actuation disabled where dm_control's ``reset_context`` would change anything by it).
+        Returns the new observations. Step counters and episode statistics carry on."""
         physics = self.physics
         ids = None if env_ids is None else torch.as_tensor(env_ids, device=self.device)
         self._write_state(physics.qpos, qpos, ids, what=f"qpos ([rows, nq={self.model.nq}])")
         self._write_state(physics.qvel, qvel, ids, what=f"qvel ([rows, nv={self.model.nv}])")
         if task_state is not None:
-            size = self.task.task_state_size
-            rows = self.task.get_task_state().clone()
-            self._write_state(rows, task_state, ids, what=f"task_state ([rows, {size}])")
+            rows = self.get_state()[2]
+            self._write_state(rows, task_state, ids, what=f"task_state ([rows, {self.task_state_size}])")
             selection = Selection(ids=ids if ids is not None else torch.arange(self.num_envs, device=self.device))
-            self.task.set_task_state(selection.read(rows.to(self.device)), selection)
-        physics.forward(None if ids is None else ids.to(physics.device))
+            selected = selection.read(rows.to(self.device))
+            write_rows(self._activations(), selection, selected[:, : self.model.na])
+            self.task.set_task_state(selected[:, self.model.na :], selection)
+        self.task.after_reset(physics, None if ids is None else ids.to(physics.device))
         self._observe(self._obs)
         return self._obs
 

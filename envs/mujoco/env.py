@@ -95,7 +95,8 @@ def close_renderer(env) -> None:
 
 class PhysicsRows:
     """The physics fields of every environment, or of ``env_ids`` only, as ``[n, ...]`` tensors by name:
-    ``qpos``, ``qvel``, ``ctrl`` and the bound derived fields (``xpos``, ``cfrc_ext``, ...)."""
+    ``qpos``, ``qvel``, ``ctrl``, ``act`` (the actuators' activations, read from the state rows) and the bound derived
+    fields (``xpos``, ``cfrc_ext``, ...)."""
 
     def __init__(self, physics: PhysicsBackend, env_ids: torch.Tensor | None = None):
         self._physics = physics
@@ -103,7 +104,12 @@ class PhysicsRows:
 
     def __getattr__(self, name: str) -> torch.Tensor:
         physics = self._physics
-        field = getattr(physics, name) if name in ("qpos", "qvel", "ctrl") else physics.derived[name]
+        if name == "act":  # mjSTATE_INTEGRATION rows: time, qpos, qvel, then the activations
+            model = physics.model
+            start = 1 + model.nq + model.nv
+            field = physics.state[:, start : start + model.na]
+        else:
+            field = getattr(physics, name) if name in ("qpos", "qvel", "ctrl") else physics.derived[name]
         return field if self._ids is None else field.index_select(0, self._ids)
 
 

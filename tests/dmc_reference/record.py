@@ -10,7 +10,7 @@ runs in a separate virtual environment with the versions it was written for:
 For every task (or those named) it writes ``tests/dmc_reference/<domain>-<task>.npz``:
 
 - ``reset_*``: ``RESETS`` episode starts (``env.reset()``): ``qpos``, ``qvel``, ``act``, the task state (``TASK_STATE``:
-  the randomised targets) and the flattened observation;
+  the activations, then the randomised targets) and the flattened observation (float32, as ours);
 - transitions along ``EPISODES`` trajectories under uniform random actions, at the steps in ``RECORDED_STEPS``:
   the state before (``qpos``, ``qvel``, ``act``, ``warmstart``: the solver's warm start, ``task``), the ``action``,
   and the ``reward``, ``obs``, ``next_qpos`` and ``next_qvel`` after;
@@ -35,16 +35,26 @@ from dm_control import suite
 from dm_control.utils import rewards
 
 SEED = 0
-RESETS = 32
+RESETS = 8
 START_SAMPLES = 2000  # episode starts summarised in start_moments and start_quantiles
 START_QUANTILES = (0.01, 0.25, 0.5, 0.75, 0.99)
-EPISODES = 2
+EPISODES = 1
 RECORDED_STEPS = (0, 1, 2, 10, 50, 100, 200, 400, 700, 999)  # the last: the step that reaches the time limit
 OUT = Path(__file__).resolve().parent
 
 # The per-episode task state of the tasks that randomise a target, as the parity tests set it: task -> a function of
 # the physics giving a flat float64 vector. The same layout as the task's get_task_state in rl_suite/envs/dmc.
 TASK_STATE: dict[str, collections.abc.Callable] = {}
+TASK_STATE["reacher-easy"] = lambda physics: physics.named.model.geom_pos["target"][:2].copy()  # x, y
+TASK_STATE["reacher-hard"] = lambda physics: physics.named.model.geom_pos["target"][:2].copy()
+TASK_STATE["finger-turn_easy"] = lambda physics: physics.named.model.site_pos["target"][[0, 2]]  # x, z (a copy)
+TASK_STATE["finger-turn_hard"] = lambda physics: physics.named.model.site_pos["target"][[0, 2]]
+TASK_STATE["fish-swim"] = lambda physics: physics.named.model.geom_pos["target"].copy()  # a copy: the model changes
+TASK_STATE["swimmer-swimmer6"] = lambda physics: physics.named.model.geom_pos["target"][:2].copy()
+TASK_STATE["swimmer-swimmer15"] = lambda physics: physics.named.model.geom_pos["target"][:2].copy()
+TASK_STATE["manipulator-bring_ball"] = lambda physics: np.concatenate(  # target_ball's x, z, then its quat's w, y
+    [physics.named.model.body_pos["target_ball"][[0, 2]], physics.named.model.body_quat["target_ball"][[0, 2]]]
+)
 
 
 def flat_observation(observation: collections.OrderedDict) -> np.ndarray:
@@ -53,8 +63,10 @@ def flat_observation(observation: collections.OrderedDict) -> np.ndarray:
 
 
 def task_state(name: str, physics) -> np.ndarray:
+    """The env's ``task_state``: the activations (empty where the model has none), then the task's targets."""
     function = TASK_STATE.get(name)
-    return np.zeros(0) if function is None else np.asarray(function(physics), dtype=np.float64).ravel()
+    targets = np.zeros(0) if function is None else np.asarray(function(physics), dtype=np.float64).ravel()
+    return np.concatenate([physics.data.act, targets])
 
 
 def record(domain: str, task: str) -> dict[str, np.ndarray]:
@@ -101,6 +113,8 @@ def record(domain: str, task: str) -> dict[str, np.ndarray]:
                 out["next_qvel"].append(physics.data.qvel.copy())
         assert step.last(), f"{name}: the episode did not end at step {RECORDED_STEPS[-1] + 1}"
     data = {key: np.asarray(values, dtype=np.float64) for key, values in out.items()}
+    for key in ("obs", "reset_obs"):  # compared with float32 observations: float32 halves the files
+        data[key] = data[key].astype(np.float32)
     data["start_count"] = np.asarray(START_SAMPLES)
     data["start_quantile_levels"] = np.asarray(START_QUANTILES)
     data["keys"] = np.asarray(keys)
