@@ -173,6 +173,25 @@ def test_cheetah_on_warp_follows_the_cpu_backend_from_the_same_starts():
         torch.testing.assert_close(reward_warp, reward_cpu, rtol=0, atol=5e-3)
 
 
+def test_warp_keeps_the_acceleration_stage_sensors_after_a_step():
+    """Hopper's touch sensors are acceleration-stage: after the step they carry the last physics step's contact
+    forces (mjw.step1 alone would zero them), as on the CPU backend, from the same state on the floor."""
+    pytest.importorskip("mujoco_warp")
+    cpu, warp = make("hopper-stand", 4, seed=2), make("hopper-stand", 4, seed=2, backend="warp")
+    cpu.reset()
+    still = torch.zeros(4, 4)
+    for _ in range(60):  # let the hoppers fall onto the floor
+        obs, *_ = cpu.step(still)
+    qpos, qvel, _ = cpu.get_state()
+    cpu.set_state(qpos, qvel)
+    warp.reset()
+    warp.set_state(qpos, qvel)
+    obs_cpu, obs_warp = cpu.step(still)[0], warp.step(still)[0]
+    touch_cpu, touch_warp = obs_cpu[:, -2:], obs_warp[:, -2:]  # log1p of the toe's and heel's touch sensors
+    assert (touch_cpu > 0.5).any(), "no hopper stands on the floor: the check would compare zeros"
+    torch.testing.assert_close(touch_warp, touch_cpu, rtol=0, atol=0.1)
+
+
 def test_warp_forward_without_actuation_leaves_out_the_actuator_forces():
     pytest.importorskip("mujoco_warp")
     from rl_suite.envs.dmc.base import compile_model, read_model
@@ -186,3 +205,45 @@ def test_warp_forward_without_actuation_leaves_out_the_actuator_forces():
     assert physics.derived["qfrc_actuator"].abs().amax() == 0.0
     physics.forward()  # and the flag is restored
     assert physics.derived["qfrc_actuator"].abs().amax() > 1.0
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "cartpole-swingup",  # plain draws
+        "cheetah-run",  # settling steps on the resetting simulations
+        "finger-turn_easy",  # a target in a model field, then a redraw-until-apart loop
+        "ball_in_cup-catch",  # redraw-until-apart
+        "humanoid-stand",  # redraw-until-apart, every joint
+        "quadruped-walk",  # one draw, then the height raised until apart; activations
+        "reacher-easy",  # a target in a model field
+    ],
+)
+def test_masked_and_indexed_resets_give_identical_trajectories(name):
+    """A partial reset by mask (full-width draws, filler rows) and by index (only the chosen rows) draw the same
+    starts from the same streams: the same seed gives bit-identical states, task states, observations, rewards and
+    streams, through two resets of environments 1 and 4 mid-run (forced as ``VecEnv._reset_ended`` does them)."""
+    from rl_suite.env import Selection
+
+    num_envs, ids = 6, torch.tensor([1, 4])
+    mask = torch.zeros(num_envs, dtype=torch.bool).index_fill_(0, ids, True)
+    envs = {masked: make(name, num_envs, seed=11, masked_resets=masked) for masked in (True, False)}
+    for env in envs.values():
+        env.reset()
+    for step, action in enumerate(random_actions(envs[True], 30, seed=4)):
+        got = {}
+        for masked, env in envs.items():
+            reward = env.step(action)[1].clone()
+            if step in (9, 19):
+                before = env.physics.qpos.clone()
+                if masked:
+                    env._reset_envs(Selection(mask=mask))
+                    env._observe_current()
+                else:
+                    env._reset_envs(Selection(ids=ids))
+                    env._observe_current(ids)
+                changed = (env.physics.qpos != before).any(dim=1)
+                assert changed.tolist() == mask.tolist(), "the reset must change envs 1 and 4, and only them"
+            got[masked] = (*env.get_state(), env._obs.clone(), reward, env.rng.get_state())
+        for what, m, i in zip(("qpos", "qvel", "task_state", "obs", "reward", "streams"), *got.values(), strict=True):
+            assert torch.equal(m, i), f"{name}, step {step}: masked and indexed resets differ in {what}"

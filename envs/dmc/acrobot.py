@@ -15,7 +15,7 @@ import math
 import mujoco
 import torch
 
-from rl_suite.envs.dmc.base import DMCTask, name_id, read_model, read_rows, write_rows, xmat_component
+from rl_suite.envs.dmc.base import DMCTask, index_tensor, name_id, read_model, read_rows, write_rows, xmat_component
 from rl_suite.envs.dmc.rewards import tolerance
 
 
@@ -31,10 +31,10 @@ class SwingUp(DMCTask):
 
     def bind(self, model, physics):
         super().bind(model, physics)
-        self._arms = [name_id(model, mujoco.mjtObj.mjOBJ_BODY, name) for name in ("upper_arm", "lower_arm")]
-        self._joints = [
-            int(model.jnt_qposadr[name_id(model, mujoco.mjtObj.mjOBJ_JOINT, name)]) for name in ("shoulder", "elbow")
-        ]
+        arms = [name_id(model, mujoco.mjtObj.mjOBJ_BODY, name) for name in ("upper_arm", "lower_arm")]
+        self._arms = index_tensor(arms, physics)
+        joints = [int(model.jnt_qposadr[name_id(model, mujoco.mjtObj.mjOBJ_JOINT, n)]) for n in ("shoulder", "elbow")]
+        self._joints = index_tensor(joints, physics)
         self._tip = name_id(model, mujoco.mjtObj.mjOBJ_SITE, "tip")
         self._target = name_id(model, mujoco.mjtObj.mjOBJ_SITE, "target")
         self._target_radius = float(model.site_size[self._target, 0])

@@ -13,8 +13,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from rl_suite.env import Selection
-from rl_suite.envs.dmc.base import DMCTask, as_tensor, name_id, read_model, read_rows, selected_ids, write_rows
+from rl_suite.envs.dmc.base import DMCTask, as_tensor, name_id, read_model, read_rows, write_rows
 
 BALL_X_RANGE = (-0.2, 0.2)  # dm_control's initialize_episode: qpos['ball_x'] = uniform(-.2, .2)
 BALL_Z_RANGE = (0.2, 0.5)  # qpos['ball_z'] = uniform(.2, .5)
@@ -41,22 +40,19 @@ class Catch(DMCTask):
         self._inner_half_size = as_tensor(model.site_size[self._target, [0, 2]] - ball_size, physics)
 
     def initialize_episode(self, physics, selection, rng):
-        device = (selection.ids if selection.ids is not None else selection.mask).device
-        pending, ids = selection, selected_ids(selection, physics.device)
-        while len(ids):  # dm_control's "while penetrating", on the environments still penetrating
+        def draw(pending):  # dm_control's "while penetrating" body
             qpos = read_rows(physics.qpos, pending)
             qpos[:, self._ball_x] = pending.uniform(rng, *BALL_X_RANGE, 1, torch.float64)[:, 0].to(qpos)
             qpos[:, self._ball_z] = pending.uniform(rng, *BALL_Z_RANGE, 1, torch.float64)[:, 0].to(qpos)
             write_rows(physics.qpos, pending, qpos)
-            self.after_reset(physics, ids)
-            ids = ids[physics.contact_counts().to(ids.device)[ids] > 0]
-            pending = Selection(ids=ids.to(device))
+
+        self.redraw_while_in_contact(physics, selection, draw)
 
     def observe(self, rows):
         return [rows.qpos, rows.qvel]
 
     def reward(self, rows):
-        ball_to_target = rows.site_xpos[:, self._target][:, [0, 2]] - rows.xpos[:, self._ball][:, [0, 2]]
+        ball_to_target = rows.site_xpos[:, self._target, 0::2] - rows.xpos[:, self._ball, 0::2]  # x and z
         return (ball_to_target.abs() < self._inner_half_size).all(dim=1).to(rows.xpos.dtype)
 
 

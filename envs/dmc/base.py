@@ -84,6 +84,13 @@ def selected_ids(selection: Selection, device: torch.device) -> Tensor:
     return ids.to(device)
 
 
+def selection_device(selection: Selection) -> torch.device:
+    """Where the selection lives: the env's device, on which its random streams draw. Physics tensors may live on
+    another (``backend="cpu"`` with ``device="cuda"``): draw with selections on this device, and index the physics
+    with ids on the physics' (``write_rows`` and ``read_rows`` move them)."""
+    return (selection.ids if selection.ids is not None else selection.mask).device
+
+
 def random_quaternion(selection: Selection, rng: EnvStreams, dtype=torch.float64) -> Tensor:
     """Unit quaternions uniform on the 3-sphere (dm_control: ``randn(4)``, normalised)."""
     quat = selection.normal(rng, 4, torch.float64)
@@ -143,7 +150,9 @@ class DMCTask:
     Subclasses set the class attributes and implement ``model_xml``, ``initialize_episode``, ``observe`` and
     ``reward``. ``rows`` below is a ``PhysicsRows``: ``rows.qpos`` and ``rows.xmat`` are ``[n, ...]`` tensors of the
     physics' dtype on its device; derived fields describe the current state (the env steps with
-    ``kinematics=True``, as dm_control's legacy step keeps positions and velocities up to date).
+    ``kinematics=True``, as dm_control's legacy step keeps positions and velocities up to date), except the
+    acceleration-stage sensors (touch, accelerometer, force, torque), which are the last physics step's, as in
+    dm_control.
     """
 
     domain: str
@@ -181,6 +190,28 @@ class DMCTask:
         (``reset_actuation``), which also clears their solver warm start."""
         physics.forward(ids, actuation=self.reset_actuation)
 
+    def redraw_while_in_contact(
+        self, physics: PhysicsBackend, selection: Selection, draw, max_attempts: int | None = None
+    ) -> None:
+        """dm_control's ``while penetrating`` loop, on the environments still penetrating: ``draw(pending)`` writes
+        a fresh initial state for the environments ``pending`` selects (first ``selection``, then by index those
+        still in contact), then ``after_reset`` and the contact count (``ncon > 0``) decide which to redraw, until
+        none is in contact. ``pending`` is on the selection's device, which the random streams draw on; the physics
+        calls take ids on the physics' device. Raises after ``max_attempts`` draws where it is given."""
+        device = selection_device(selection)
+        pending, ids = selection, selected_ids(selection, physics.device)
+        attempts = 0
+        while len(ids):
+            if max_attempts is not None and attempts == max_attempts:
+                raise RuntimeError(
+                    f"{self.domain}: {len(ids)} environments found no collision-free state in {max_attempts} attempts"
+                )
+            draw(pending)
+            self.after_reset(physics, ids)
+            ids = ids[physics.contact_counts().to(ids.device)[ids] > 0]
+            pending = Selection(ids=ids.to(device))
+            attempts += 1
+
     def initialize_episode(self, physics: PhysicsBackend, selection: Selection, rng: EnvStreams) -> None:
         """dm_control's ``initialize_episode`` for the selected environments: their physics was just reset
         (``mj_resetData``); write their initial state (``write_rows``), drawn from ``rng``. The env runs
@@ -213,9 +244,10 @@ class DMCTask:
             field.copy_(state[name])
 
 
-def xmat_component(rows: PhysicsRows, body: int | list[int] | slice, component: str) -> Tensor:
+def xmat_component(rows: PhysicsRows, body: int | Tensor | slice, component: str) -> Tensor:
     """dm_control's ``named.data.xmat[body, 'zz']``: one entry of the bodies' rotation matrices (row-major
-    ``xx xy xz yx yy yz zx zy zz``), ``[n]`` for one body, ``[n, k]`` for several."""
+    ``xx xy xz yx yy yz zx zy zz``), ``[n]`` for one body, ``[n, k]`` for several (a slice, or an index tensor on
+    the physics' device: indexing by a Python list copies it to the device, a host sync on CUDA)."""
     index = {"xx": 0, "xy": 1, "xz": 2, "yx": 3, "yy": 4, "yz": 5, "zx": 6, "zy": 7, "zz": 8}[component]
     return rows.xmat[:, body, index]
 
@@ -223,3 +255,10 @@ def xmat_component(rows: PhysicsRows, body: int | list[int] | slice, component: 
 def as_tensor(values, physics: PhysicsBackend) -> Tensor:
     """A constant on the physics' device, in its dtype."""
     return torch.as_tensor(np.asarray(values), device=physics.device, dtype=physics.dtype)
+
+
+def index_tensor(indices, physics: PhysicsBackend) -> Tensor:
+    """Integer indices (body, joint or sensor columns) as an int64 tensor on the physics' device, built once in
+    ``bind``: ``observe`` and ``reward`` index with it, never with a Python list, which is copied to the device (a
+    host sync on CUDA) at every call."""
+    return torch.as_tensor(np.asarray(indices, dtype=np.int64), device=physics.device)

@@ -33,7 +33,16 @@ import mujoco
 import numpy as np
 import torch
 
-from rl_suite.envs.dmc.base import DMCTask, as_tensor, name_id, read_model, read_rows, selected_ids, write_rows
+from rl_suite.envs.dmc.base import (
+    DMCTask,
+    as_tensor,
+    index_tensor,
+    name_id,
+    read_model,
+    read_rows,
+    selected_ids,
+    write_rows,
+)
 from rl_suite.envs.dmc.rewards import tolerance
 
 RUN_SPEED = 10.0  # dm_control's _RUN_SPEED
@@ -65,8 +74,9 @@ class Run(DMCTask):
         super().bind(model, physics)
         if model.nq != model.njnt:  # dm_control asserts it: its draw indexes qpos by joint
             raise ValueError("cheetah's initial state assumes one qpos per joint")
-        self._limited = [int(model.jnt_qposadr[j]) for j in range(model.njnt) if model.jnt_limited[j]]
-        self._limited_range = model.jnt_range[[j for j in range(model.njnt) if model.jnt_limited[j]]]
+        limited = [j for j in range(model.njnt) if model.jnt_limited[j]]
+        self._limited = index_tensor([int(model.jnt_qposadr[j]) for j in limited], physics)
+        self._limited_range = model.jnt_range[limited]
         sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")
         self._speed = int(model.sensor_adr[sensor])  # its x component
         self._first_velocity = as_tensor(first_settling_velocity(model), physics)

@@ -41,6 +41,7 @@ import torch
 from rl_suite.envs.dmc.base import (
     DMCTask,
     as_tensor,
+    index_tensor,
     name_id,
     read_model,
     read_rows,
@@ -112,9 +113,12 @@ class Stand(DMCTask):
         self._hinge_qpos = torch.as_tensor(model.jnt_qposadr[hinges], device=physics.device)
         self._hinge_qvel = torch.as_tensor(model.jnt_dofadr[hinges], device=physics.device)
         self._torso, self._pelvis = (name_id(model, body, name) for name in ("torso", "pelvis"))
-        self._upright_bodies = [name_id(model, body, name) for name in UPRIGHT_BODIES]
+        self._upright_bodies = index_tensor([name_id(model, body, name) for name in UPRIGHT_BODIES], physics)
+        self._height_bodies = index_tensor([self._torso, self._pelvis], physics)
         root = name_id(model, mujoco.mjtObj.mjOBJ_JOINT, "root")
         self._root_qpos, self._root_dof = int(model.jnt_qposadr[root]), int(model.jnt_dofadr[root])
+        # the root's x, y and yaw velocities, which each episode start draws
+        self._planar_dofs = index_tensor([self._root_dof, self._root_dof + 1, self._root_dof + 5], physics)
 
         def sensor_columns(*names: str) -> torch.Tensor:
             columns = []
@@ -151,15 +155,14 @@ class Stand(DMCTask):
         write_rows(physics.qpos, selection, qpos)
 
         qvel = read_rows(physics.qvel, selection)
-        planar = [self._root_dof, self._root_dof + 1, self._root_dof + 5]  # x, y and yaw velocities of the root
-        qvel[:, planar] = 2 * selection.normal(rng, 3, torch.float64).to(qvel)
+        qvel[:, self._planar_dofs] = 2 * selection.normal(rng, 3, torch.float64).to(qvel)
         write_rows(physics.qvel, selection, qvel)
 
         unit = selection.uniform(rng, 0.0, 1.0, self.model.na, torch.float64).to(self._act)
         write_rows(self._act, selection, self._act_low + (self._act_high - self._act_low) * unit)
 
     def _heights(self, rows):
-        return rows.xpos[:, [self._torso, self._pelvis], 2]
+        return rows.xpos[:, self._height_bodies, 2]
 
     def _torso_com_velocity(self, rows):
         # dm_control: center_of_mass_velocity().dot(torso_frame), the row vector times the 3x3 frame

@@ -5,12 +5,14 @@ Each task keeps dm_control's semantics (``base.DMCTask``): its model files, read
 package; its rewards; its observation dict, flattened in dm_control's key order to float32; its initial states,
 drawn from each environment's own random stream; and its control timestep, as ``n_sub_steps`` physics steps per
 control step. Episodes last the task's time limit (1,000 control steps for every task here) and end only by
-truncation. After every step the physics recomputes positions and velocities at the new state, as dm_control's
-legacy step does, so observations and rewards read the state the step reached.
+truncation. After every step the physics recomputes positions, velocities and their sensors at the new state, as
+dm_control's legacy step does, so observations and rewards read the state the step reached; acceleration-dependent
+sensors (touch, accelerometers, forces) are the last physics step's, as in dm_control.
 
 ``action_repeat=k`` (default 1) holds each action for ``k`` control steps and sums their rewards, as the
-benchmarks that report on the suite do (DrQ, TD-MPC: 2 to 8): an episode is then ``ceil(1000 / k)`` steps, the
-last one complete even where ``k`` does not divide 1,000.
+benchmarks that report on the suite do (DrQ, TD-MPC: 2 to 8): an episode is then ``ceil(1000 / k)`` steps. Where
+``k`` does not divide 1,000 the last step still repeats ``k`` times (DrQ's wrapper stops at the time limit instead);
+the common 1, 2, 4 and 8 divide it.
 
 Backends as for the MuJoCo tasks: ``"cpu"`` (MuJoCo's batch API, float64) and ``"warp"`` (``mujoco_warp``,
 float32); the device picks one, ``backend=`` forces either.
@@ -119,7 +121,9 @@ class DMCVecEnv(VecEnv):
             max_episode_steps=math.ceil(control_steps / self.action_repeat),
             seed=seed,
             check_values=check_values,
-            masked_resets=masked_resets,
+            # indexed resets by default on every device: the tasks' resets need the ended environments' indices
+            # (rejection loops, settling steps), so a mask would only add full-width work to every step
+            masked_resets=False if masked_resets is None else masked_resets,
         )
         self._reward_sum = torch.zeros(num_envs, device=physics.device, dtype=physics.dtype)
 
@@ -147,6 +151,8 @@ class DMCVecEnv(VecEnv):
     def _reset_envs(self, selection: Selection):
         # dm_control's reset_context: mj_resetData, the task's initial state, then mj_forward (after_reset)
         ids = selected_ids(selection, self.physics.device)
+        if not ids.numel():  # masked resets where nothing ended (counting them was the sync the draws need anyway)
+            return
         self.physics.reset(ids)
         self.task.initialize_episode(self.physics, selection, self.rng)
         self.task.after_reset(self.physics, ids)
@@ -168,9 +174,9 @@ class DMCVecEnv(VecEnv):
 
     def set_state(self, qpos, qvel, task_state=None, env_ids: torch.Tensor | None = None) -> torch.Tensor:
         """Set ``qpos``, ``qvel`` and, where given, the task state of every environment (or of ``env_ids``), then
-        recompute derived quantities with a cleared warm-start as an episode start does (the task's ``after_reset``:
-        ``mj_forward``, with actuation disabled where dm_control's ``reset_context`` would change anything by it).
-        Returns the new observations. Step counters and episode statistics carry on."""
+        recompute derived quantities as an episode start does (dm_control's ``reset_context``): zero controls, then
+        the task's ``after_reset`` (``mj_forward`` with a cleared warm start, with actuation disabled where that
+        changes anything). Returns the new observations. Step counters and episode statistics carry on."""
         physics = self.physics
         ids = None if env_ids is None else torch.as_tensor(env_ids, device=self.device)
         self._write_state(physics.qpos, qpos, ids, what=f"qpos ([rows, nq={self.model.nq}])")
@@ -182,7 +188,14 @@ class DMCVecEnv(VecEnv):
             selected = selection.read(rows.to(self.device))
             write_rows(self._activations(), selection, selected[:, : self.model.na])
             self.task.set_task_state(selected[:, self.model.na :], selection)
-        self.task.after_reset(physics, None if ids is None else ids.to(physics.device))
+        sim_ids = None if ids is None else ids.to(physics.device)
+        # as dm_control's reset_context (mj_resetData, then after_reset): zero controls, so that the observation of
+        # the new state does not depend on the last action
+        if sim_ids is None:
+            physics.ctrl.zero_()
+        else:
+            physics.ctrl.index_fill_(0, sim_ids, 0.0)
+        self.task.after_reset(physics, sim_ids)
         self._observe(self._obs)
         return self._obs
 

@@ -30,14 +30,13 @@ import xml.etree.ElementTree as ET
 import mujoco
 import torch
 
-from rl_suite.env import Selection
 from rl_suite.envs.dmc.base import (
     DMCTask,
+    index_tensor,
     name_id,
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
-    selected_ids,
     write_rows,
 )
 
@@ -74,9 +73,11 @@ class Spin(DMCTask):
     def bind(self, model, physics):
         super().bind(model, physics)
         names = ("proximal", "distal", "proximal_velocity", "distal_velocity", "hinge_velocity")
-        self._joint_sensors = [_sensor(model, name).start for name in names]
+        joint_sensors = [_sensor(model, name).start for name in names]
+        self._joint_sensors = index_tensor(joint_sensors, physics)
+        self._hinge_velocity = joint_sensors[4]
         self._tip, self._spinner, self._target_sensor = (_sensor(model, n) for n in ("tip", "spinner", "target"))
-        self._touch = [_sensor(model, name).start for name in ("touchtop", "touchbottom")]
+        self._touch = index_tensor([_sensor(model, name).start for name in ("touchtop", "touchbottom")], physics)
 
     def initialize_episode(self, physics, selection, rng):
         self._set_random_joint_angles(physics, selection, rng)
@@ -84,21 +85,16 @@ class Spin(DMCTask):
     def _set_random_joint_angles(self, physics, selection, rng):
         """``_set_random_joint_angles``: redraw every joint of the environments that still touch something, until
         none does."""
-        device = (selection.ids if selection.ids is not None else selection.mask).device
-        pending, ids = selection, selected_ids(selection, physics.device)
-        for _ in range(MAX_ATTEMPTS):
+
+        def draw(pending):
             qpos = read_rows(physics.qpos, pending)
             randomize_limited_and_rotational_joints(self.model, qpos, pending, rng)
             write_rows(physics.qpos, pending, qpos)
-            self.after_reset(physics, ids)
-            ids = ids[physics.contact_counts().to(ids.device)[ids] > 0]
-            if len(ids) == 0:
-                return
-            pending = Selection(ids=ids.to(device))
-        raise RuntimeError(f"finger: {len(ids)} environments found no collision-free state in {MAX_ATTEMPTS} attempts")
+
+        self.redraw_while_in_contact(physics, selection, draw, max_attempts=MAX_ATTEMPTS)
 
     def _xz(self, rows, sensor: slice):
-        return rows.sensordata[:, sensor][:, [0, 2]]
+        return rows.sensordata[:, sensor][:, 0::2]  # x and z of a 3-vector sensor
 
     def _tip_position(self, rows):
         return self._xz(rows, self._tip) - self._xz(rows, self._spinner)
@@ -109,7 +105,7 @@ class Spin(DMCTask):
         return [position, joints[:, 2:], torch.log1p(rows.sensordata[:, self._touch])]
 
     def reward(self, rows):
-        hinge_velocity = rows.sensordata[:, self._joint_sensors[4]]
+        hinge_velocity = rows.sensordata[:, self._hinge_velocity]
         return (hinge_velocity <= -SPIN_VELOCITY).to(rows.sensordata.dtype)
 
 
@@ -160,7 +156,7 @@ class TurnEasy(Spin):
         return (self._dist_to_target(rows, self._target_position(rows)) <= 0).to(rows.sensordata.dtype)
 
     def get_task_state(self):
-        return self._site_pos[:, self._target][:, [0, 2]]
+        return self._site_pos[:, self._target, 0::2]
 
     def set_task_state(self, values, selection):
         site_pos = read_rows(self._site_pos, selection)

@@ -17,7 +17,7 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from rl_suite.envs.dmc.base import DMCTask, name_id, random_quaternion, read_model, read_rows, write_rows
+from rl_suite.envs.dmc.base import DMCTask, index_tensor, name_id, random_quaternion, read_model, read_rows, write_rows
 from rl_suite.envs.dmc.rewards import tolerance
 
 JOINTS = ("tail1", "tail_twist", "tail2", "finright_roll", "finright_pitch", "finleft_roll", "finleft_pitch")
@@ -46,7 +46,7 @@ class Upright(DMCTask):
         super().bind(model, physics)
         joint = mujoco.mjtObj.mjOBJ_JOINT
         self._root = int(model.jnt_qposadr[name_id(model, joint, "root")])
-        self._joints = [int(model.jnt_qposadr[name_id(model, joint, name)]) for name in JOINTS]
+        self._joints = index_tensor([int(model.jnt_qposadr[name_id(model, joint, name)]) for name in JOINTS], physics)
         self._torso = name_id(model, mujoco.mjtObj.mjOBJ_BODY, "torso")
         geom = mujoco.mjtObj.mjOBJ_GEOM
         self._mouth, self._target = name_id(model, geom, "mouth"), name_id(model, geom, "target")

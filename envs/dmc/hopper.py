@@ -20,6 +20,7 @@ import torch
 
 from rl_suite.envs.dmc.base import (
     DMCTask,
+    index_tensor,
     name_id,
     randomize_limited_and_rotational_joints,
     read_model,
@@ -52,7 +53,7 @@ class Stand(DMCTask):
             return int(model.sensor_adr[name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)])
 
         self._speed = sensor("torso_subtreelinvel")  # its x component
-        self._touch = [sensor("touch_toe"), sensor("touch_heel")]
+        self._touch = index_tensor([sensor("touch_toe"), sensor("touch_heel")], physics)
 
     def initialize_episode(self, physics, selection, rng):
         qpos = read_rows(physics.qpos, selection).to(torch.float64)

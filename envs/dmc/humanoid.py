@@ -23,14 +23,13 @@ from __future__ import annotations
 import mujoco
 import torch
 
-from rl_suite.env import Selection
 from rl_suite.envs.dmc.base import (
     DMCTask,
+    index_tensor,
     name_id,
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
-    selected_ids,
     write_rows,
     xmat_component,
 )
@@ -56,23 +55,19 @@ class Stand(DMCTask):
         body = mujoco.mjtObj.mjOBJ_BODY
         self._torso = name_id(model, body, "torso")
         self._head = name_id(model, body, "head")
-        self._extremities = [name_id(model, body, name) for name in EXTREMITIES]
+        self._extremities = index_tensor([name_id(model, body, name) for name in EXTREMITIES], physics)
         sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")
         start = int(model.sensor_adr[sensor])
         self._com_velocity = slice(start, start + int(model.sensor_dim[sensor]))
 
     def initialize_episode(self, physics, selection, rng):
         # dm_control redraws every joint until the pose has no contact: here, only the poses still in contact
-        while True:
-            qpos = read_rows(physics.qpos, selection)
-            randomize_limited_and_rotational_joints(self.model, qpos, selection, rng)
-            write_rows(physics.qpos, selection, qpos)
-            ids = selected_ids(selection, physics.device)
-            self.after_reset(physics, ids)
-            penetrating = ids[physics.contact_counts().to(ids.device)[ids] > 0]
-            if len(penetrating) == 0:
-                return
-            selection = Selection(ids=penetrating)
+        def draw(pending):
+            qpos = read_rows(physics.qpos, pending)
+            randomize_limited_and_rotational_joints(self.model, qpos, pending, rng)
+            write_rows(physics.qpos, pending, qpos)
+
+        self.redraw_while_in_contact(physics, selection, draw)
 
     def _com_velocity_of(self, rows) -> torch.Tensor:
         return rows.sensordata[:, self._com_velocity]

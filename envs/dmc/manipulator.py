@@ -30,7 +30,16 @@ import numpy as np
 import torch
 
 from rl_suite.env import Selection
-from rl_suite.envs.dmc.base import DMCTask, name_id, read_model, read_rows, selected_ids, write_rows
+from rl_suite.envs.dmc.base import (
+    DMCTask,
+    index_tensor,
+    name_id,
+    read_model,
+    read_rows,
+    selected_ids,
+    selection_device,
+    write_rows,
+)
 from rl_suite.envs.dmc.rewards import tolerance
 
 CLOSE = 0.01  # dm_control's _CLOSE
@@ -67,33 +76,30 @@ class BringBall(DMCTask):
         super().bind(model, physics)
         joint, body, site = mujoco.mjtObj.mjOBJ_JOINT, mujoco.mjtObj.mjOBJ_BODY, mujoco.mjtObj.mjOBJ_SITE
         arm = [name_id(model, joint, name) for name in ARM_JOINTS]
-        self._arm_qpos = [int(model.jnt_qposadr[j]) for j in arm]
-        self._arm_qvel = [int(model.jnt_dofadr[j]) for j in arm]
+        self._arm_qpos = index_tensor([int(model.jnt_qposadr[j]) for j in arm], physics)
+        self._arm_qvel = index_tensor([int(model.jnt_dofadr[j]) for j in arm], physics)
         limited = model.jnt_limited[arm].astype(bool)  # the unlimited root turns in [-pi, pi)
         self._arm_low = torch.as_tensor(np.where(limited, model.jnt_range[arm, 0], -math.pi))
         self._arm_high = torch.as_tensor(np.where(limited, model.jnt_range[arm, 1], math.pi))
         self._finger, self._thumb = (int(model.jnt_qposadr[name_id(model, joint, n)]) for n in ("finger", "thumb"))
         ball = [name_id(model, joint, f"ball_{axis}") for axis in "xzy"]  # dm_control's _object_joints order
-        self._ball_qpos = [int(model.jnt_qposadr[j]) for j in ball]
-        self._ball_qvel = [int(model.jnt_dofadr[j]) for j in ball]
+        self._ball_qpos = index_tensor([int(model.jnt_qposadr[j]) for j in ball], physics)
+        self._ball_qvel = index_tensor([int(model.jnt_dofadr[j]) for j in ball], physics)
+        self._ball_x_dof = int(model.jnt_dofadr[ball[0]])
         self._hand, self._ball, self._target = (name_id(model, body, n) for n in ("hand", "ball", "target_ball"))
         self._grasp = name_id(model, site, "grasp")
         self._ball_site, self._target_site = (name_id(model, site, n) for n in ("ball", "target_ball"))
         sensors = [name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name) for name in TOUCH_SENSORS]
-        self._touch = [int(model.sensor_adr[s]) for s in sensors]  # each touch sensor is one number
+        self._touch = index_tensor([int(model.sensor_adr[s]) for s in sensors], physics)  # one number each
         self._body_pos = physics.model_field("body_pos")
         self._body_quat = physics.model_field("body_quat")
 
     def initialize_episode(self, physics, selection, rng):
-        ids = selected_ids(selection, physics.device)
-        draw_ids = ids.to(selection.ids.device if selection.ids is not None else selection.mask.device)
-        # Redraw the whole configuration of the simulations that still penetrate. qvel is not cleared between
-        # redraws: dm_control sets the ball's x velocity only when it places the ball uniformly, and keeps it.
-        while len(ids):
-            self._draw(physics, Selection(ids=draw_ids), rng)
-            self.after_reset(physics, ids)
-            penetrating = (physics.contact_counts()[ids] > 0).to(ids.device)
-            ids, draw_ids = ids[penetrating], draw_ids[penetrating.to(draw_ids.device)]
+        # Redraw the whole configuration of the simulations that still penetrate, always by index (_draw's in-hand
+        # placement needs the ids). qvel is not cleared between redraws: dm_control sets the ball's x velocity only
+        # when it places the ball uniformly, and keeps it.
+        by_index = Selection(ids=selected_ids(selection, selection_device(selection)))
+        self.redraw_while_in_contact(physics, by_index, lambda pending: self._draw(physics, pending, rng))
 
     def _draw(self, physics, selection: Selection, rng):
         """One pass of dm_control's loop body for the selected simulations (by index)."""
@@ -126,7 +132,7 @@ class BringBall(DMCTask):
             ball_x[in_hand], ball_z[in_hand] = grasp[:, 0], grasp[:, 2]
             ball_angle[in_hand] = math.pi - torch.atan2(frame[:, 6], frame[:, 0])  # the grasp's zx and xx entries
         placed = ~(in_hand | in_target)
-        qvel[:, self._ball_qvel[0]] = torch.where(placed, -5 + 10 * spread[:, 3], qvel[:, self._ball_qvel[0]])
+        qvel[:, self._ball_x_dof] = torch.where(placed, -5 + 10 * spread[:, 3], qvel[:, self._ball_x_dof])
         qpos[:, self._ball_qpos] = torch.stack([ball_x, ball_z, ball_angle], dim=1)
         write_rows(physics.qpos, selection, qpos)
         write_rows(physics.qvel, selection, qvel)

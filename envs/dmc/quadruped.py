@@ -35,6 +35,7 @@ from rl_suite.envs.dmc.base import (
     read_model,
     read_rows,
     selected_ids,
+    selection_device,
     write_rows,
     xmat_component,
 )
@@ -101,13 +102,16 @@ class Walk(DMCTask):
         self._force_torque = sensor_columns(kind.mjSENS_FORCE, kind.mjSENS_TORQUE)
 
     def initialize_episode(self, physics, selection, rng):
-        selection = Selection(ids=selected_ids(selection, physics.device))
-        qpos = read_rows(physics.qpos, selection)  # just reset: the joints at zero
-        qpos[:, self._root + 3 : self._root + 7] = random_quaternion(selection, rng).to(qpos)
+        # by index, the draw on the selection's device (the random streams'), the physics on the physics'
+        ids = selected_ids(selection, physics.device)
+        qpos = read_rows(physics.qpos, Selection(ids=ids))  # just reset: the joints at zero
+        draw = Selection(ids=ids.to(selection_device(selection)))
+        qpos[:, self._root + 3 : self._root + 7] = random_quaternion(draw, rng).to(qpos)
         # dm_control raises the body from z = 0 until nothing touches; here, only the bodies still touching
-        ids, height = selection.ids, 0.0
+        height = 0.0
         for _ in range(MAX_ATTEMPTS + 1):
-            qpos[:, self._root : self._root + 3] = torch.tensor([0.0, 0.0, height], dtype=qpos.dtype)
+            qpos[:, self._root : self._root + 2] = 0.0
+            qpos[:, self._root + 2] = height
             write_rows(physics.qpos, Selection(ids=ids), qpos)
             self.after_reset(physics, ids)
             touching = physics.contact_counts().to(ids.device)[ids] > 0

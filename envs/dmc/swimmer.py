@@ -26,6 +26,7 @@ import torch
 
 from rl_suite.envs.dmc.base import (
     DMCTask,
+    index_tensor,
     name_id,
     randomize_limited_and_rotational_joints,
     read_model,
@@ -85,6 +86,11 @@ class Swimmer(DMCTask):
         self._head = name_id(model, mujoco.mjtObj.mjOBJ_BODY, "head")
         self._target_size = float(model.geom_size[self._target, 0])
         self._geom_pos = physics.model_field("geom_pos")
+        # sensordata after the root sensors: a velocimeter (vx, vy, vz) and a gyro (wx, wy, wz) per link; the
+        # observation keeps each link's vx, vy and wz, link by link
+        links = (model.nsensordata - ROOT_SENSORS) // 6
+        columns = [ROOT_SENSORS + 6 * link + column for link in range(links) for column in (0, 1, 5)]
+        self._body_velocities = index_tensor(columns, physics)
 
     def initialize_episode(self, physics, selection, rng):
         qpos = read_rows(physics.qpos, selection)
@@ -101,8 +107,7 @@ class Swimmer(DMCTask):
         return torch.einsum("ni,nij->nj", offset, head)[:, :2]
 
     def observe(self, rows):
-        velocities = rows.sensordata[:, ROOT_SENSORS:].reshape(rows.sensordata.shape[0], -1, 6)
-        body_velocities = velocities[:, :, [0, 1, 5]].flatten(1)  # local vx, vy and wz of each link
+        body_velocities = rows.sensordata[:, self._body_velocities]  # local vx, vy and wz of each link
         return [rows.qpos[:, 3:], self._nose_to_target(rows), body_velocities]
 
     def reward(self, rows):

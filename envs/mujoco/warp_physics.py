@@ -147,6 +147,16 @@ class WarpPhysics:
         self.derived = {name: self._derived_view(name, data) for name in fields}
         self.overflow = wp.to_torch(self._d.overflow)
         self._rne_post = "cfrc_ext" in fields
+        # mjw.step1 zeroes sensordata before it computes the position and velocity sensors, where MuJoCo's mj_step1
+        # keeps the acceleration-stage ones (touch, accelerometer, force, torque) of the last substep, as dm_control
+        # reads them: step(kinematics=True) saves those columns before mjw.step1 and puts them back after it.
+        acc = [s for s in range(model.nsensor) if model.sensor_needstage[s] == mujoco.mjtStage.mjSTAGE_ACC]
+        columns = [int(model.sensor_adr[s]) + k for s in acc for k in range(int(model.sensor_dim[s]))]
+        self._acc_sensor_columns = torch.tensor(columns, device=self.device) if columns else None
+        if columns:
+            self._sensor_scratch = wp.zeros_like(self._d.sensordata)
+            self._sensordata = wp.to_torch(self._d.sensordata)
+            self._saved_sensordata = wp.to_torch(self._sensor_scratch)
         self._graphs: dict[tuple[int, bool], wp.Graph] = {}  # CUDA graphs of step, by (nstep, kinematics)
         self._model_fields: dict[str, torch.Tensor] = {}  # per-world model fields, kept alive here
         self._wp_stream = None
@@ -204,6 +214,8 @@ class WarpPhysics:
         for _ in range(nstep):
             mjw.step(self._m, self._d)
         if kinematics:
+            if self._acc_sensor_columns is not None:
+                wp.copy(self._sensor_scratch, self._d.sensordata)
             mjw.step1(self._m, self._d)
         if self._rne_post:
             # as gymnasium's mj_rnePostConstraint after mj_step: cfrc_ext from the last substep's contacts
@@ -214,21 +226,25 @@ class WarpPhysics:
         ``kinematics``, then compute the position and velocity stages at the new state (``mjw.step1``). mujoco_warp
         steps every world: with ``env_ids``, the others' state and derived fields are put back afterwards."""
         if env_ids is not None:
-            with self._keeping_others(env_ids):
-                self.step(nstep, kinematics)
+            if env_ids.numel():  # numel is the tensor's shape: no host sync
+                with self._keeping_others(env_ids):
+                    self.step(nstep, kinematics)
             return
         self._sync_eq_active()
         with wp.ScopedDevice(self._wp_device):
             if not self._wp_device.is_cuda:
                 self._step(nstep, kinematics)  # CPU launches run synchronously: results are there on return
-                return
-            graph = self._graphs.get((nstep, kinematics))
-            if graph is None:
-                # capture only records the launches (it runs nothing); the arrays never move, so it stays valid
-                with wp.ScopedCapture(device=self._wp_device) as capture:
-                    self._step(nstep, kinematics)
-                graph = self._graphs[nstep, kinematics] = capture.graph
-            wp.capture_launch(graph, stream=self._stream())
+            else:
+                graph = self._graphs.get((nstep, kinematics))
+                if graph is None:
+                    # capture only records the launches (it runs nothing); the arrays never move, so it stays valid
+                    with wp.ScopedCapture(device=self._wp_device) as capture:
+                        self._step(nstep, kinematics)
+                    graph = self._graphs[nstep, kinematics] = capture.graph
+                wp.capture_launch(graph, stream=self._stream())
+        if kinematics and self._acc_sensor_columns is not None:  # on torch's stream, after warp's launches
+            columns = self._acc_sensor_columns
+            self._sensordata.index_copy_(1, columns, self._saved_sensordata.index_select(1, columns))
 
     def reset(self, env_ids: torch.Tensor | None = None) -> None:
         """``mj_resetData`` on the chosen worlds: the model's initial state, zero controls, zero derived fields."""
@@ -251,6 +267,8 @@ class WarpPhysics:
         if env_ids is None:
             self._warmstart.zero_()
             self._forward(actuation)
+            return
+        if not env_ids.numel():  # no world chosen (masked resets where nothing ended): no host sync to know it
             return
         # mjw.forward runs on every world: keep the others' derived fields and put them back (no host sync). It
         # writes neither the state nor the warm-start, so the others' next step is unchanged.
