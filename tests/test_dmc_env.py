@@ -57,15 +57,16 @@ def test_same_seed_same_starts_and_another_seed_differs():
     assert not np.allclose(a._obs.numpy(), c.reset().numpy())
 
 
-def test_state_dict_resumes_exactly():
-    env = make("pendulum-swingup", 3, seed=1)
+@pytest.mark.parametrize("name", ["pendulum-swingup", "reacher-easy", "quadruped-walk"])  # targets, activations
+def test_state_dict_resumes_exactly(name):
+    env = make(name, 3, seed=1)
     env.reset()
     actions = random_actions(env, 20)
     for action in actions[:10]:
         env.step(action)
     saved = {key: value.clone() for key, value in env.state_dict().items()}
     expected = [torch.cat([obs, reward[:, None]], 1).clone() for obs, reward, *_ in map(env.step, actions[10:])]
-    resumed = make("pendulum-swingup", 3, seed=99)
+    resumed = make(name, 3, seed=99)
     resumed.load_state_dict(saved)
     got = [torch.cat([obs, reward[:, None]], 1).clone() for obs, reward, *_ in map(resumed.step, actions[10:])]
     for e, g in zip(expected, got, strict=True):
@@ -80,6 +81,19 @@ def test_set_state_of_chosen_environments_leaves_the_others():
     obs = env.set_state(qpos[:1] + 0.1, qvel[:1], env_ids=torch.tensor([2]))
     torch.testing.assert_close(obs[:2], before[:2])
     assert obs[2, 0].item() == pytest.approx(qpos[0, 0].item() + 0.1, abs=1e-6)  # the cart's position
+
+
+def test_set_state_with_a_task_state_moves_the_target_of_the_chosen_environments_only():
+    env = make("reacher-easy", 3, seed=0)
+    env.reset()
+    qpos, qvel, task_state = env.get_state()
+    moved = task_state[:1] + torch.tensor([[0.05, -0.05]], dtype=task_state.dtype)  # the target's x, y
+    env.set_state(qpos[:1], qvel[:1], moved, env_ids=torch.tensor([1]))
+    after = env.get_state()[2]
+    torch.testing.assert_close(after[1], moved[0])
+    torch.testing.assert_close(after[[0, 2]], task_state[[0, 2]])
+    with pytest.raises(ValueError, match=r"task_state \(\[rows, 2\]\)"):
+        env.set_state(qpos, qvel, task_state[:, :1])
 
 
 def test_unknown_domain_or_task_is_refused_with_close_matches():
