@@ -110,7 +110,8 @@ def randomize_limited_and_rotational_joints(
     model: mujoco.MjModel, qpos: Tensor, selection: Selection, rng: EnvStreams
 ) -> None:
     """dm_control's ``randomizers.randomize_limited_and_rotational_joints`` on the selected rows of ``qpos`` (a
-    ``[n, nq]`` float64 tensor, changed in place), joint by joint in the model's order:
+    ``[n, nq]`` tensor of the physics, changed in place; the draws come from the streams' device), joint by joint
+    in the model's order:
 
     - limited hinges and slides: uniform in their range; limited balls: ``random_limited_quaternion`` up to the
       range's upper end;
@@ -124,16 +125,16 @@ def randomize_limited_and_rotational_joints(
         low, high = (float(v) for v in model.jnt_range[j])
         if model.jnt_limited[j]:
             if kind in (joint.mjJNT_HINGE, joint.mjJNT_SLIDE):
-                qpos[:, address] = selection.uniform(rng, low, high, 1, torch.float64)[:, 0]
+                qpos[:, address] = selection.uniform(rng, low, high, 1, torch.float64)[:, 0].to(qpos)
             elif kind == joint.mjJNT_BALL:
-                qpos[:, address : address + 4] = random_limited_quaternion(selection, rng, high)
+                qpos[:, address : address + 4] = random_limited_quaternion(selection, rng, high).to(qpos)
         elif kind == joint.mjJNT_HINGE:
-            qpos[:, address] = selection.uniform(rng, -math.pi, math.pi, 1, torch.float64)[:, 0]
+            qpos[:, address] = selection.uniform(rng, -math.pi, math.pi, 1, torch.float64)[:, 0].to(qpos)
         elif kind == joint.mjJNT_BALL:
-            qpos[:, address : address + 4] = random_quaternion(selection, rng)
+            qpos[:, address : address + 4] = random_quaternion(selection, rng).to(qpos)
         elif kind == joint.mjJNT_FREE:
             quat = selection.uniform(rng, 0.0, 1.0, 4, torch.float64)
-            qpos[:, address + 3 : address + 7] = quat / quat.norm(dim=1, keepdim=True)
+            qpos[:, address + 3 : address + 7] = (quat / quat.norm(dim=1, keepdim=True)).to(qpos)
 
 
 def name_id(model: mujoco.MjModel, kind: mujoco.mjtObj, name: str) -> int:
@@ -215,8 +216,7 @@ class DMCTask:
     def initialize_episode(self, physics: PhysicsBackend, selection: Selection, rng: EnvStreams) -> None:
         """dm_control's ``initialize_episode`` for the selected environments: their physics was just reset
         (``mj_resetData``); write their initial state (``write_rows``), drawn from ``rng``. The env runs
-        ``after_reset`` after it. Tasks that redraw until nothing penetrates call ``after_reset`` themselves and read
-        ``physics.contact_counts()``."""
+        ``after_reset`` after it. Tasks that redraw until nothing penetrates use ``redraw_while_in_contact``."""
         raise NotImplementedError
 
     def observe(self, rows: PhysicsRows) -> list[Tensor]:
