@@ -257,6 +257,19 @@ def as_tensor(values, physics: PhysicsBackend) -> Tensor:
     return torch.as_tensor(np.asarray(values), device=physics.device, dtype=physics.dtype)
 
 
+def sensor_slice(model: mujoco.MjModel, name: str) -> slice:
+    """The ``sensordata`` columns that the sensor ``name`` fills (dm_control's ``named.data.sensordata[name]``)."""
+    sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
+    start = int(model.sensor_adr[sensor])
+    return slice(start, start + int(model.sensor_dim[sensor]))
+
+
+def sensor_columns(model: mujoco.MjModel, physics: PhysicsBackend, *names: str) -> Tensor:
+    """The ``sensordata`` columns of the sensors ``names``, one after another, as an index tensor (``index_tensor``)."""
+    slices = [sensor_slice(model, name) for name in names]
+    return index_tensor([column for part in slices for column in range(part.start, part.stop)], physics)
+
+
 def index_tensor(indices, physics: PhysicsBackend) -> Tensor:
     """Integer indices (body, joint or sensor columns) as an int64 tensor on the physics' device, built once in
     ``bind``: ``observe`` and ``reward`` index with it, never with a Python list, which is copied to the device (a

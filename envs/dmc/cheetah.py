@@ -37,10 +37,10 @@ from rl_suite.envs.dmc.base import (
     DMCTask,
     as_tensor,
     index_tensor,
-    name_id,
     read_model,
     read_rows,
     selected_ids,
+    sensor_slice,
     write_rows,
 )
 from rl_suite.envs.dmc.rewards import tolerance
@@ -77,8 +77,7 @@ class Run(DMCTask):
         limited = [j for j in range(model.njnt) if model.jnt_limited[j]]
         self._limited = index_tensor([int(model.jnt_qposadr[j]) for j in limited], physics)
         self._limited_range = model.jnt_range[limited]
-        sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")
-        self._speed = int(model.sensor_adr[sensor])  # its x component
+        self._speed = sensor_slice(model, "torso_subtreelinvel").start  # its x component
         self._first_velocity = as_tensor(first_settling_velocity(model), physics)
         self._timestep = float(model.opt.timestep)
 

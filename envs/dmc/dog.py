@@ -45,6 +45,7 @@ from rl_suite.envs.dmc.base import (
     name_id,
     read_model,
     read_rows,
+    sensor_columns,
     suite_dir,
     write_rows,
     xmat_component,
@@ -120,18 +121,10 @@ class Stand(DMCTask):
         # the root's x, y and yaw velocities, which each episode start draws
         self._planar_dofs = index_tensor([self._root_dof, self._root_dof + 1, self._root_dof + 5], physics)
 
-        def sensor_columns(*names: str) -> torch.Tensor:
-            columns = []
-            for name in names:
-                sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
-                start = int(model.sensor_adr[sensor])
-                columns += range(start, start + int(model.sensor_dim[sensor]))
-            return torch.as_tensor(columns, device=physics.device)
-
-        self._inertial = sensor_columns(*INERTIAL_SENSORS)
-        self._foot_forces = sensor_columns(*FOOT_FORCE_SENSORS)
-        self._touch = sensor_columns(*TOUCH_SENSORS)
-        self._torso_linvel = sensor_columns("torso_linvel")
+        self._inertial = sensor_columns(model, physics, *INERTIAL_SENSORS)
+        self._foot_forces = sensor_columns(model, physics, *FOOT_FORCE_SENSORS)
+        self._touch = sensor_columns(model, physics, *TOUCH_SENSORS)
+        self._torso_linvel = sensor_columns(model, physics, "torso_linvel")
 
         # dm_control measures the stand heights at each episode start from the default pose (physics.reset()):
         # the same numbers every episode, the torso and pelvis heights at qpos0.

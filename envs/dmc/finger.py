@@ -37,6 +37,8 @@ from rl_suite.envs.dmc.base import (
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
+    sensor_columns,
+    sensor_slice,
     write_rows,
 )
 
@@ -45,12 +47,6 @@ EASY_TARGET_SIZE = 0.07  # _EASY_TARGET_SIZE
 HARD_TARGET_SIZE = 0.03  # _HARD_TARGET_SIZE
 SPIN_HINGE_DAMPING = 0.03  # Spin.initialize_episode's dof_damping['hinge']
 MAX_ATTEMPTS = 1000  # _set_random_joint_angles's max_attempts
-
-
-def _sensor(model: mujoco.MjModel, name: str) -> slice:
-    sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)
-    address = int(model.sensor_adr[sensor])
-    return slice(address, address + int(model.sensor_dim[sensor]))
 
 
 class Spin(DMCTask):
@@ -73,11 +69,11 @@ class Spin(DMCTask):
     def bind(self, model, physics):
         super().bind(model, physics)
         names = ("proximal", "distal", "proximal_velocity", "distal_velocity", "hinge_velocity")
-        joint_sensors = [_sensor(model, name).start for name in names]
+        joint_sensors = [sensor_slice(model, name).start for name in names]
         self._joint_sensors = index_tensor(joint_sensors, physics)
         self._hinge_velocity = joint_sensors[4]
-        self._tip, self._spinner, self._target_sensor = (_sensor(model, n) for n in ("tip", "spinner", "target"))
-        self._touch = index_tensor([_sensor(model, name).start for name in ("touchtop", "touchbottom")], physics)
+        self._tip, self._spinner, self._target_sensor = (sensor_slice(model, n) for n in ("tip", "spinner", "target"))
+        self._touch = sensor_columns(model, physics, "touchtop", "touchbottom")
 
     def initialize_episode(self, physics, selection, rng):
         self._set_random_joint_angles(physics, selection, rng)

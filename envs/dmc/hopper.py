@@ -20,11 +20,12 @@ import torch
 
 from rl_suite.envs.dmc.base import (
     DMCTask,
-    index_tensor,
     name_id,
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
+    sensor_columns,
+    sensor_slice,
     write_rows,
 )
 from rl_suite.envs.dmc.rewards import tolerance
@@ -49,11 +50,8 @@ class Stand(DMCTask):
         self._torso = name_id(model, mujoco.mjtObj.mjOBJ_BODY, "torso")
         self._foot = name_id(model, mujoco.mjtObj.mjOBJ_BODY, "foot")
 
-        def sensor(name: str) -> int:
-            return int(model.sensor_adr[name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name)])
-
-        self._speed = sensor("torso_subtreelinvel")  # its x component
-        self._touch = index_tensor([sensor("touch_toe"), sensor("touch_heel")], physics)
+        self._speed = sensor_slice(model, "torso_subtreelinvel").start  # its x component
+        self._touch = sensor_columns(model, physics, "touch_toe", "touch_heel")
 
     def initialize_episode(self, physics, selection, rng):
         qpos = read_rows(physics.qpos, selection).to(torch.float64)

@@ -30,6 +30,7 @@ from rl_suite.envs.dmc.base import (
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
+    sensor_slice,
     write_rows,
     xmat_component,
 )
@@ -56,9 +57,7 @@ class Stand(DMCTask):
         self._torso = name_id(model, body, "torso")
         self._head = name_id(model, body, "head")
         self._extremities = index_tensor([name_id(model, body, name) for name in EXTREMITIES], physics)
-        sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")
-        start = int(model.sensor_adr[sensor])
-        self._com_velocity = slice(start, start + int(model.sensor_dim[sensor]))
+        self._com_velocity = sensor_slice(model, "torso_subtreelinvel")
 
     def initialize_episode(self, physics, selection, rng):
         # dm_control redraws every joint until the pose has no contact: here, only the poses still in contact

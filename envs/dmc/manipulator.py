@@ -38,6 +38,7 @@ from rl_suite.envs.dmc.base import (
     read_rows,
     selected_ids,
     selection_device,
+    sensor_columns,
     write_rows,
 )
 from rl_suite.envs.dmc.rewards import tolerance
@@ -89,8 +90,7 @@ class BringBall(DMCTask):
         self._hand, self._ball, self._target = (name_id(model, body, n) for n in ("hand", "ball", "target_ball"))
         self._grasp = name_id(model, site, "grasp")
         self._ball_site, self._target_site = (name_id(model, site, n) for n in ("ball", "target_ball"))
-        sensors = [name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, name) for name in TOUCH_SENSORS]
-        self._touch = index_tensor([int(model.sensor_adr[s]) for s in sensors], physics)  # one number each
+        self._touch = sensor_columns(model, physics, *TOUCH_SENSORS)  # one number each
         self._body_pos = physics.model_field("body_pos")
         self._body_quat = physics.model_field("body_quat")
 

@@ -22,6 +22,7 @@ from rl_suite.envs.dmc.base import (
     randomize_limited_and_rotational_joints,
     read_model,
     read_rows,
+    sensor_slice,
     write_rows,
     xmat_component,
 )
@@ -46,8 +47,7 @@ class Stand(DMCTask):
     def bind(self, model, physics):
         super().bind(model, physics)
         self._torso = name_id(model, mujoco.mjtObj.mjOBJ_BODY, "torso")
-        sensor = name_id(model, mujoco.mjtObj.mjOBJ_SENSOR, "torso_subtreelinvel")
-        self._speed = int(model.sensor_adr[sensor])  # its x component
+        self._speed = sensor_slice(model, "torso_subtreelinvel").start  # its x component
 
     def initialize_episode(self, physics, selection, rng):
         qpos = read_rows(physics.qpos, selection).to(torch.float64)
