@@ -251,9 +251,10 @@ class TanhGaussian:
     def __init__(self, mean: torch.Tensor, log_std: torch.Tensor):
         self.mean, self.log_std = mean, log_std
 
-    def rsample_with_log_prob(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """A reparameterised sample and its log-probability."""
-        noise = torch.randn_like(self.mean)
+    def rsample_with_log_prob(self, noise: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """A reparameterised sample and its log-probability, from standard normal ``noise`` (drawn if not given:
+        FlashSAC passes noise it holds for several steps)."""
+        noise = torch.randn_like(self.mean) if noise is None else noise
         u = self.mean + self.log_std.exp() * noise
         log_prob = -0.5 * noise.square() - self.log_std - 0.5 * math.log(2 * math.pi)
         log_prob = log_prob - 2 * (math.log(2) - u - F.softplus(-2 * u))

@@ -10,8 +10,9 @@ import torch
 
 import rl_suite
 from rl_suite.agents import pql
-from rl_suite.agents.pql import PQL, distributional_target, project_distribution
+from rl_suite.agents.pql import PQL
 from rl_suite.buffers import NStepWindow, ReplayBuffer, transition_spec
+from rl_suite.categorical import distributional_target, project_distribution
 from rl_suite.checkpoint import load_latest
 from rl_suite.concurrency import RateBalancer, WorkerError, overlap_seconds
 from rl_suite.rng import seed_everything

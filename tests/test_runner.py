@@ -14,6 +14,7 @@ import torch
 import yaml
 
 import rl_suite
+from rl_suite.agents.flashsac import FlashSAC
 from rl_suite.agents.fpo import FPO
 from rl_suite.agents.policyflow import PolicyFlow
 from rl_suite.agents.ppo import PPO
@@ -30,6 +31,10 @@ TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
 TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)
 # PQL's learners in turn in the runner's thread (concurrent=False): the deterministic form, which resumes exactly.
 TINY_PQL = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, concurrent=False)
+TINY_FLASH = dict(
+    actor_width=16, critic_width=16, actor_blocks=1, critic_blocks=1, atoms=11, batch_size=32, learning_starts=64,
+    buffer_size=4096, utd_ratio=0.25,
+)  # fmt: skip
 TINY_FLOW = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16), scale_rewards=True)
 
 
@@ -120,11 +125,12 @@ def test_stops_at_the_time_budget(tmp_path):
     [
         (PPO, "CartPole-v1", TINY_PPO),
         (SAC, "Pendulum-v1", TINY_SAC),
+        (FlashSAC, "Pendulum-v1", TINY_FLASH),
         (PQL, "Pendulum-v1", TINY_PQL),
         (FPO, "Pendulum-v1", TINY_FLOW),
         (PolicyFlow, "Pendulum-v1", TINY_FLOW),
     ],
-    ids=["ppo", "sac", "pql-in-turn", "fpo", "policyflow"],
+    ids=["ppo", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
