@@ -12,7 +12,8 @@ Three workers run at the same time and share tensors, not messages:
                                       y  = R + d min_j Q'_j(s', a');  minimise sum_j (Q_j(s, a) - y)^2
                                       Q'_j <- (1 - tau) Q'_j + tau Q_j
                                       (PQL-D: categorical returns over a fixed support, cross-entropy loss against a
-                                      target built from both twins' projected distributions: ``distributional_target``)
+                                      target built from both twins' projected distributions: ``distributional_target``;
+                                      annealed Q-learning: the squared error weighted as an annealed expectile)
     P-learner  (a thread)             maximise min_j Q_j(s, pi(s)) over observations from its own ring
 
 They exchange weights through mailboxes (the newest published copy): the actor and the V-learner read the
@@ -43,7 +44,7 @@ from rl_suite.categorical import DISTRIBUTIONAL_TARGETS, distributional_target
 from rl_suite.concurrency import Mailbox, RateBalancer, Worker, WorkerGroup, overlap_seconds
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TwinCritic, mlp
-from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
+from rl_suite.optim import annealed_expectile, expectile_weights, finite_or_warn, gradient_step, polyak_update
 
 
 @dataclasses.dataclass(frozen=True)
@@ -74,6 +75,12 @@ class PQLConfig:
     """How far, in critic updates, a worker may run ahead of the slowest before it waits."""
     concurrent: bool = True
     """Run the V-learner and the P-learner in threads beside the actor; ``False`` runs all three in turn."""
+    expectile: float = 0.5
+    """Annealed Q-learning (Omura et al., ICML 2025, arXiv 2506.05968), for the scalar critics: their squared error
+    weighted as an expectile loss |tau - 1(y < Q)| (IQL's), tau annealed linearly from this value to 0.5 (the plain
+    squared error); 0.5 is off. The paper's: 0.9."""
+    expectile_anneal_steps: int = 0
+    """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
     noise_std_min: float = 0.05
     """Exploration noise scale of the least exploring environment."""
     noise_std_max: float = 0.8
@@ -200,6 +207,14 @@ class PQL(Agent):
         if c.distributional_target not in DISTRIBUTIONAL_TARGETS:
             choices = " or ".join(map(repr, DISTRIBUTIONAL_TARGETS))
             raise ValueError(f"distributional_target must be {choices}, got {c.distributional_target!r}")
+        if not 0.5 <= c.expectile < 1.0 or c.expectile_anneal_steps < 0:
+            raise ValueError(
+                f"expectile must be in [0.5, 1) and expectile_anneal_steps not negative, got {c.expectile} and "
+                f"{c.expectile_anneal_steps}"
+            )
+        if c.distributional and c.expectile != 0.5:
+            raise ValueError("the expectile loss applies to the scalar critics' squared error, not to PQL-D")
+        self.expectile = c.expectile  # the actor's thread sets it in update; the V-learner reads it
         atoms = c.num_atoms if c.distributional else 1
         # The actor's modules: the observation statistics it keeps, and its copy of the policy.
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
@@ -298,6 +313,9 @@ class PQL(Agent):
             self.normalizer_box.publish(self.normalizer)
         if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
             return {}
+        if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
+            fraction = progress if c.expectile_anneal_steps == 0 else self.env_steps_seen / c.expectile_anneal_steps
+            self.expectile = annealed_expectile(c.expectile, fraction)
         self.balancer.add("actor")
         if not c.concurrent:
             self._learn_in_turn()
@@ -311,6 +329,7 @@ class PQL(Agent):
         return {
             "critic_loss": self.last_losses["critic"],
             "actor_loss": self.last_losses["policy"],
+            **({"expectile": torch.tensor(self.expectile)} if c.expectile != 0.5 else {}),
             **self.report,  # plain floats, refreshed every few seconds
         }
 
@@ -356,7 +375,8 @@ class PQL(Agent):
         if c.distributional:
             loss = -(target * F.log_softmax(out, -1)).sum(-1).sum(0).mean()
         else:
-            loss = (out - target).square().sum(0).mean()
+            error = target - out
+            loss = (expectile_weights(error, self.expectile) * error.square()).sum(0).mean()
         if self._step_optimizer(self.critic_optimizer, self.critic, loss, "critic"):
             polyak_update(self.critic_target, self.critic, c.tau)
             self.critic_box.publish(self.critic)

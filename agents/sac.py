@@ -1,4 +1,6 @@
-"""SAC: soft actor-critic with automatic entropy tuning (Haarnoja et al., 2018), for continuous actions.
+"""SAC: soft actor-critic with automatic entropy tuning (Haarnoja et al., 2018), for continuous actions, with two
+seed papers' critics as options: DSAC-T's Gaussian return distributions (``critic="dsac"``) and annealed
+Q-learning's expectile loss (``expectile``).
 
 Each iteration collects ``steps_per_iteration`` batched steps from N environments into a replay ring buffer (uniform
 random actions during the first ``learning_starts`` env steps), then makes ``utd_ratio`` gradient updates per
@@ -8,6 +10,20 @@ collected transition. Each update, on a minibatch of n-step transitions (s, a, R
     actor:    minimise alpha log pi(a|s) - min_j Q_j(s, a),  a ~ pi(.|s) reparameterised through tanh
     alpha:    minimise -log alpha (log pi(a|s) + H_target)
     targets:  Q'_j <- (1 - tau) Q'_j + tau Q_j
+
+DSAC-T (Duan et al., "DSAC-T: Distributional Soft Actor-Critic with Three Refinements", arXiv 2310.05858; the
+constants from its authors' code, github.com/Jingliang-Duan/DSAC-v2, dsac.py): each critic is a Gaussian return,
+mean Q_j and standard deviation sigma_j = softplus(.). With y_q = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s'))
+(the expected target), y_z the same with a sampled return Z' ~ N(Q'_k, sigma'_k), k the twin of lower mean, the
+sample's noise clipped to +-3, and y_b = Q_j + clip(y_z - Q_j, +-dsac_clip * m_j) (m_j a running mean of sigma_j: the
+bound that keeps the variance in range), each critic's gradients are the Gaussian log-likelihood's, scaled by
+(m_j^2 + 0.1): dQ_j = -(y_q - Q_j) / (sigma_j^2 + 0.1), dsigma_j = -((Q_j - y_b)^2 - sigma_j^2) / (sigma_j^3 + 0.1).
+The actor maximises min_j Q_j. (DSAC-T also keeps a target policy and updates the actor every second step; here the
+target actions come from the current policy, as SAC's do.)
+
+Annealed Q-learning (Omura et al., ICML 2025, arXiv 2506.05968): the critics' squared error becomes an expectile
+loss |tau - 1(y < Q_j)| (y - Q_j)^2 (IQL's), tau annealed linearly from ``expectile`` (the paper's: 0.9) to 0.5 (SAC's
+own loss), so that learning starts near the Bellman optimality operator and ends at the Bellman operator.
 """
 
 from __future__ import annotations
@@ -19,12 +35,17 @@ import math
 import gymnasium as gym
 import torch
 from torch import nn
+from torch.nn import functional as F
 
 from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
-from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
+from rl_suite.optim import annealed_expectile, expectile_weights, finite_or_warn, gradient_step, polyak_update
+
+CRITICS = ("twin", "dsac")
+DSAC_EPS = 0.1  # DSAC-T's constant in the gradients' denominators and the scale (its code's "bias")
+DSAC_NOISE_CLIP = 3.0  # the sampled target return's noise, in standard deviations
 
 
 @dataclasses.dataclass(frozen=True)
@@ -59,6 +80,16 @@ class SACConfig:
     """Entropy target; ``None`` for -dim(A)."""
     normalize_obs: bool = False
     """Normalise observations with running statistics kept in the policy."""
+    critic: str = "twin"
+    """``"twin"``: SAC's twin Q-values. ``"dsac"``: DSAC-T's twin Gaussian return distributions (this file's
+    docstring)."""
+    dsac_clip: float = 3.0
+    """DSAC-T's bound on the sampled target's distance from the current mean, in running mean standard deviations."""
+    expectile: float = 0.5
+    """Annealed Q-learning: the critics' expectile at the start, annealed linearly to 0.5; 0.5 is SAC's squared loss
+    throughout. The paper's: 0.9."""
+    expectile_anneal_steps: int = 0
+    """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
 
 
 class SAC(Agent):
@@ -72,7 +103,17 @@ class SAC(Agent):
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
         self.actor = TanhGaussianPolicy(obs_dim, act_dim, c.hidden, c.activation)
-        self.critic = TwinCritic(obs_dim, act_dim, c.hidden, c.activation)
+        if c.critic not in CRITICS:
+            raise ValueError(f"critic must be one of {', '.join(map(repr, CRITICS))}, got {c.critic!r}")
+        if not 0.5 <= c.expectile < 1.0 or c.expectile_anneal_steps < 0:
+            raise ValueError(
+                f"expectile must be in [0.5, 1) and expectile_anneal_steps not negative, got {c.expectile} and "
+                f"{c.expectile_anneal_steps}"
+            )
+        if c.critic == "dsac" and c.expectile != 0.5:
+            raise ValueError("the expectile loss applies to the twin critics' squared error, not to critic='dsac'")
+        # DSAC's critics output a mean and a raw standard deviation each.
+        self.critic = TwinCritic(obs_dim, act_dim, c.hidden, c.activation, atoms=2 if c.critic == "dsac" else 1)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.temperature = nn.Module()
         self.temperature.log_alpha = nn.Parameter(torch.tensor(math.log(c.init_alpha)))
@@ -85,6 +126,11 @@ class SAC(Agent):
             "temperature": self.temperature,
             "scaler": self.scaler,
         }
+        if c.critic == "dsac":  # each twin's running mean standard deviation m_j; -1 until the first batch sets it
+            self.dsac_sigma = nn.Module()
+            self.dsac_sigma.register_buffer("running", torch.full((2,), -1.0))
+            self.modules["dsac_sigma"] = self.dsac_sigma
+        self.expectile = c.expectile
         for module in self.modules.values():
             module.to(self.device)
         # One optimiser for the three losses, which one backward pass differentiates: their parameters are disjoint.
@@ -135,12 +181,16 @@ class SAC(Agent):
             self.normalizer.update(buffer.recent("obs", c.steps_per_iteration))
         self.update_credit += c.utd_ratio * buffer.num_envs * c.steps_per_iteration
         updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
+        if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
+            fraction = progress if c.expectile_anneal_steps == 0 else self.env_steps_seen / c.expectile_anneal_steps
+            self.expectile = annealed_expectile(c.expectile, fraction)
         totals = {}
         for _ in range(updates):
             losses = self._update_once(buffer.sample(c.batch_size))
             for key, value in losses.items():
                 totals[key] = totals.get(key, 0.0) + value
-        return {key: value / max(updates, 1) for key, value in totals.items()}
+        metrics = {key: value / max(updates, 1) for key, value in totals.items()}
+        return {**metrics, "expectile": torch.tensor(self.expectile)} if metrics and c.expectile != 0.5 else metrics
 
     def _update_once(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
@@ -154,14 +204,22 @@ class SAC(Agent):
         next_log_prob, log_prob = both_log_probs.detach().chunk(2)[0], both_log_probs.chunk(2)[1]
 
         # Critics: soft Bellman targets from the target critics.
+        dsac = c.critic == "dsac"
         with torch.no_grad():
-            next_q = self.critic_target(next_obs, next_action).min(0).values
+            next_out = self.critic_target(next_obs, next_action)
+            next_q = (next_out[..., 0] if dsac else next_out).min(0).values
             target = batch["rewards"] + batch["discount"] * (next_q - alpha * next_log_prob)
-        critic_loss = 0.5 * (self.critic(obs, action) - target).square().sum(0).mean()
+        out = self.critic(obs, action)
+        if dsac:
+            critic_loss = self._dsac_loss(out, target, self._sampled_target(next_out, batch, alpha * next_log_prob))
+        else:
+            error = target - out
+            critic_loss = 0.5 * (expectile_weights(error, self.expectile) * error.square()).sum(0).mean()
 
         # Actor: maximise the soft value of its own reparameterised actions, through frozen critics, so that one
         # backward pass serves all three losses.
-        actor_loss = (alpha * log_prob - self.critic(obs, new_action, frozen=True).min(0).values).mean()
+        new_q = self.critic(obs, new_action, frozen=True)
+        actor_loss = (alpha * log_prob - (new_q[..., 0] if dsac else new_q).min(0).values).mean()
         alpha_loss = -(self.temperature.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 
         if not finite_or_warn(critic_loss + actor_loss + alpha_loss, "SAC", skipped="this update"):  # all ranks agree
@@ -176,7 +234,31 @@ class SAC(Agent):
             "actor_loss": actor_loss.detach(),
             "alpha": alpha,
             "entropy": -log_prob.detach().mean(),
+            **({"return_std": self.dsac_sigma.running.mean()} if dsac else {}),  # DSAC's running mean sigma
         }
+
+    @torch.no_grad()
+    def _sampled_target(self, next_out: torch.Tensor, batch: dict, alpha_log_prob: torch.Tensor) -> torch.Tensor:
+        """DSAC-T's y_z: a return sampled from the target twin of lower mean, its noise clipped, made a soft target."""
+        mean, std = next_out[..., 0], F.softplus(next_out[..., 1])
+        lower = mean.argmin(0, keepdim=True)
+        noise = torch.randn_like(alpha_log_prob).clamp(-DSAC_NOISE_CLIP, DSAC_NOISE_CLIP)
+        sampled = (mean.gather(0, lower) + std.gather(0, lower) * noise).squeeze(0)
+        return batch["rewards"] + batch["discount"] * (sampled - alpha_log_prob)
+
+    def _dsac_loss(self, out: torch.Tensor, target: torch.Tensor, sampled_target: torch.Tensor) -> torch.Tensor:
+        """A loss whose gradients are DSAC-T's (this file's docstring), for both twins: ``out`` ``[2, B, 2]``, the
+        expected target y_q and the sampled y_z ``[B]``."""
+        mean, std = out[..., 0], F.softplus(out[..., 1])
+        mean_d, std_d = mean.detach(), std.detach()
+        running = self.dsac_sigma.running
+        batch_std = std_d.mean(1)
+        running.copy_(torch.where(running < 0, batch_std, torch.lerp(running, batch_std, self.config.tau)))
+        bound = (self.config.dsac_clip * running).unsqueeze(1)
+        clipped = mean_d + (sampled_target - mean_d).clamp(-bound, bound)
+        mean_term = -(target - mean_d) / (std_d.square() + DSAC_EPS) * mean
+        std_term = -((mean_d - clipped).square() - std_d.square()) / (std_d.pow(3) + DSAC_EPS) * std
+        return ((running.square() + DSAC_EPS).unsqueeze(1) * (mean_term + std_term)).mean(1).sum(0)
 
     def counters(self):
         return {

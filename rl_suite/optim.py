@@ -1,6 +1,6 @@
 """Optimisation helpers every agent uses: one gradient step (gradients averaged over the ranks under torchrun, then
-clipped), the finiteness check that skips a non-finite loss's update, and the soft (Polyak) update of target
-networks."""
+clipped), the finiteness check that skips a non-finite loss's update, the soft (Polyak) update of target networks,
+and the weights of an expectile loss (annealed Q-learning's critics)."""
 
 from __future__ import annotations
 
@@ -52,3 +52,16 @@ def polyak_update(target: nn.Module, source: nn.Module, tau: float) -> None:
     """Soft target update, ``theta' <- (1 - tau) theta' + tau theta``, for every parameter at once with one fused
     ``lerp_`` (as LeanRL writes it)."""
     torch._foreach_lerp_(list(target.parameters()), list(source.parameters()), tau)
+
+
+def expectile_weights(error: torch.Tensor, expectile: float) -> torch.Tensor:
+    """The weights that turn a squared error into IQL's expectile loss L_2^tau(u) = |tau - 1(u < 0)| u^2, for
+    ``error`` u = target - prediction, relative to the squared error's: ``2 |tau - 1(u < 0)|``, so that all are 1 at
+    tau = 0.5 (the plain squared error) and targets above the prediction weigh more as tau rises towards 1."""
+    return torch.where(error < 0, 2.0 * (1.0 - expectile), 2.0 * expectile)
+
+
+def annealed_expectile(start: float, fraction: float) -> float:
+    """Annealed Q-learning's schedule (Omura et al., 2025): the expectile moved linearly from ``start`` to 0.5 as
+    ``fraction`` of the annealing goes from 0 to 1, and 0.5 after."""
+    return start - (start - 0.5) * min(max(fraction, 0.0), 1.0)
