@@ -18,13 +18,16 @@
 #      give the whole suite TOTAL_S=900 to run it in full;
 #   9. the same on QuadrupedVelocity-Rough-v0 for what is left, up to ROUGH_S: the terrain level the curriculum
 #      reached and the tracking error;
-#  10. the same on HumanoidVelocity-Flat-v0 for what is left, up to HUMANOID_S: the tracking error and falls.
+#  10. the same on HumanoidVelocity-Flat-v0 for what is left, up to HUMANOID_S: the tracking error and falls;
+#  11-12. FlashSAC (its authors' GPU settings: 1,024 envs, batches of 2,048, 2 updates per 1,024 transitions, 3-step
+#      returns, a 10M-transition buffer on the device) on QuadrupedVelocity-Flat-v0 and HumanoidVelocity-Flat-v0, up
+#      to FLASH_S each, against steps 8 and 10.
 # Everything goes to $RESULTS (default: $OUT if set, else benchmarks/results/gpu/): a log per step, the result files
 # of each step, and summary.md (status and time of every step, then the results side by side).
 #
 # Settings (environment variables): TOTAL_S (600, the whole suite's budget; steps are cut to what is left), LEGGED_S
 # (300, step 8's training budget), ROUGH_S (120, step 9's), HUMANOID_S (120, step 10's),
-# TRAIN_S (80, wall-clock budget of each training run), NUM_ENVS_PPO (4096), NUM_ENVS_PQL (4096), PPO_SET and PQL_SET
+# FLASH_S (120, steps 11-12's each), TRAIN_S (80, wall-clock budget of each training run), NUM_ENVS_PPO (4096), NUM_ENVS_PQL (4096), PPO_SET and PQL_SET
 # (extra `--set` assignments), PY (the Python to use; default .venv/bin/python).
 set -euo pipefail
 
@@ -61,6 +64,9 @@ if [[ $SMOKE == 1 ]]; then
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-8}
     LEGGED_BACKEND=cpu
     LEGGED_SET=${LEGGED_SET:-"n_steps=8 epochs=1 minibatches=1 eval_every_steps=64 eval_episodes=2 hidden=[32,32]"}
+    FLASH_S=${FLASH_S:-20}
+    NUM_ENVS_FLASH=${NUM_ENVS_FLASH:-8}
+    FLASH_SET=${FLASH_SET:-"actor_width=16 critic_width=16 atoms=11 batch_size=32 learning_starts=64 eval_every_steps=64 eval_episodes=2"}
 else
     DEVICE=cuda
     TRAIN_S=${TRAIN_S:-80}
@@ -85,6 +91,11 @@ else
     LEGGED_BACKEND=warp
     # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for 256 on a CPU)
     LEGGED_SET=${LEGGED_SET:-"hidden=[512,256,128] eval_every_steps=2000000 eval_episodes=64"}
+    FLASH_S=${FLASH_S:-120}
+    NUM_ENVS_FLASH=${NUM_ENVS_FLASH:-1024}
+    # FlashSAC's GPU-simulator settings from its authors (agents/hyperparams/flashsac.yaml's header): 2 / 1024 updates
+    # per transition is 2 per batched step of 1,024 envs.
+    FLASH_SET=${FLASH_SET:-"batch_size=2048 utd_ratio=0.001953125 n_step=3 buffer_size=10000000 learning_starts=100000 eval_every_steps=2000000 eval_episodes=64"}
 fi
 
 # run_step NAME LIMIT_S COMMAND...: run COMMAND under a time limit (cut to what is left of TOTAL_S), its output in
@@ -225,25 +236,31 @@ run_step ppo_ant_torchrun "$LIMIT_TRAIN" train ppo "$NUM_ENVS_PPO" "$PPO_SET" "$
     "$PY" -m torch.distributed.run --standalone --nproc_per_node 1
 run_step pql_ant "$LIMIT_TRAIN" train pql "$NUM_ENVS_PQL" "$PQL_SET" "$RESULTS/pql_ant" "$PY"
 
-# 8-10. The quadruped on flat ground, then on rough terrain, then the humanoid, each with what is left (up to
-# LEGGED_S, ROUGH_S, HUMANOID_S): the shipped settings of agents/hyperparams/ppo.yaml on MuJoCo Warp, the task metrics
-# from summary.json.
-legged() {  # ENV_ID RUN_NAME BUDGET_S
-    # shellcheck disable=SC2086 # LEGGED_SET is a list of KEY=VALUE words
-    "$PY" -m rl_suite train ppo "$1" --device "$DEVICE" --num-envs "$NUM_ENVS_LEGGED" --seed 0 \
-        --time-budget "$3" --total-steps 1000000000000 --run-dir "$RESULTS/$2" \
-        --set progress=false checkpoint_every_steps=1000000000000 "env_kwargs={backend: $LEGGED_BACKEND}" $LEGGED_SET
+# 8-12. PPO on the quadruped on flat ground, then on rough terrain, then on the humanoid, then FlashSAC on the
+# quadruped and the humanoid, each with what is left (up to LEGGED_S, ROUGH_S, HUMANOID_S, FLASH_S): the shipped
+# settings with the GPU sets above, on MuJoCo Warp, the task metrics from summary.json.
+legged() {  # ALGO ENV_ID RUN_NAME BUDGET_S
+    local algo=$1 n=$NUM_ENVS_LEGGED set=$LEGGED_SET
+    if [[ $algo == flashsac ]]; then
+        n=$NUM_ENVS_FLASH set=$FLASH_SET
+    fi
+    # shellcheck disable=SC2086 # SET is a list of KEY=VALUE words
+    "$PY" -m rl_suite train "$algo" "$2" --device "$DEVICE" --num-envs "$n" --seed 0 \
+        --time-budget "$4" --total-steps 1000000000000 --run-dir "$RESULTS/$3" \
+        --set progress=false checkpoint_every_steps=1000000000000 "env_kwargs={backend: $LEGGED_BACKEND}" $set
 }
 export -f legged
-export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET
-for task in "QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" "QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S" \
-    "HumanoidVelocity-Flat-v0 ppo_humanoid $HUMANOID_S"; do
-    read -r env_id name wanted <<<"$task"
+export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET NUM_ENVS_FLASH FLASH_SET
+for task in "ppo QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" \
+    "ppo QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S" "ppo HumanoidVelocity-Flat-v0 ppo_humanoid $HUMANOID_S" \
+    "flashsac QuadrupedVelocity-Flat-v0 flashsac_quadruped $FLASH_S" \
+    "flashsac HumanoidVelocity-Flat-v0 flashsac_humanoid $FLASH_S"; do
+    read -r algo env_id name wanted <<<"$task"
     rm -rf "${RESULTS:?}/$name"
     LEFT=$((TOTAL_S - (SECONDS - SUITE_START) - 60))
     BUDGET=$((LEFT < wanted ? LEFT : wanted))
     if ((BUDGET >= 20)); then
-        run_step "$name" $((BUDGET + 60)) legged "$env_id" "$name" "$BUDGET"
+        run_step "$name" $((BUDGET + 60)) legged "$algo" "$env_id" "$name" "$BUDGET"
     else
         printf '%s\tskipped (no time left: raise TOTAL_S)\t0\t%s\n' "$name" "$wanted" >>"$SUMMARY"
     fi
@@ -290,7 +307,9 @@ if "ppo_ant" in walls and "ppo_ant_torchrun" in walls:
               f"{walls['ppo_ant_torchrun'] / walls['ppo_ant']:.3f}x (1.000 = no overhead)."]
 for run, title in (("ppo_quadruped", "QuadrupedVelocity-Flat-v0 (goal: planar tracking error under 0.2 m/s within "
                    "5 minutes)"), ("ppo_quadruped_rough", "QuadrupedVelocity-Rough-v0 (no goal yet)"),
-                  ("ppo_humanoid", "HumanoidVelocity-Flat-v0 (no goal yet)")):
+                  ("ppo_humanoid", "HumanoidVelocity-Flat-v0 (no goal yet)"),
+                  ("flashsac_quadruped", "FlashSAC on QuadrupedVelocity-Flat-v0 (against PPO's above)"),
+                  ("flashsac_humanoid", "FlashSAC on HumanoidVelocity-Flat-v0 (against PPO's above)")):
     path = results / run / "summary.json"
     if not path.exists():
         continue

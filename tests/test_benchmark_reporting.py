@@ -22,6 +22,7 @@ sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared module as
 
 import common  # noqa: E402
 import mujoco_suite  # noqa: E402
+import offpolicy  # noqa: E402
 import pql_vs  # noqa: E402
 import sim2sim  # noqa: E402
 
@@ -199,6 +200,42 @@ def test_pql_goal_on_one_seed():
     never = {"peak": 3000.0, "curve": curve((60, 2000), (240, 3000))}
     met, how = pql_vs.goal_on_seed(never, [ppo, sac], minutes=4)
     assert not met and how.endswith("did not reach it in 4 minutes (peak 3000): missed")
+
+
+def offpolicy_row(task: str, label: str, seed: int, *points: tuple[float, float]) -> dict:
+    curve = [{"wall_time_s": t, "score": v} for t, v in points]
+    return {"task": task, "label": label, "seed": seed, "curve": curve, "final": curve[-1]["score"]}
+
+
+def test_offpolicy_goals_judge_sooner_on_each_seed_and_lower_errors_on_the_quadruped():
+    seeds = argparse.Namespace(seeds=[0, 1])
+    rows = []
+    for seed in (0, 1):
+        # Humanoid-v5: PPO ends at 5000, first reached at 800 s; FlashSAC gets there at 500 s (seed 0), 1000 s (seed 1).
+        rows.append(offpolicy_row("Humanoid-v5", "PPO", seed, (300, 2000), (800, 5000), (900, 5000)))
+        late = (1000, 5100) if seed else (500, 5200)
+        rows.append(offpolicy_row("Humanoid-v5", "FlashSAC", seed, (100, 3000), late))
+        # The quadruped: lower is better; FlashSAC's error falls below PPO's final 0.2 sooner on both seeds.
+        rows.append(offpolicy_row("QuadrupedVelocity-Flat-v0", "PPO", seed, (600, 0.5), (3000, 0.2), (3600, 0.2)))
+        rows.append(offpolicy_row("QuadrupedVelocity-Flat-v0", "FlashSAC", seed, (600, 0.3), (1200, 0.15)))
+    lines = offpolicy.goals(rows, seeds)
+    assert lines[0].startswith("- FlashSAC reaches PPO's final score sooner on Humanoid-v5: missed (on 1 of 2 seeds")
+    assert "seed 1: PPO's final 5,000 first reached by PPO after 800 s, by FlashSAC after 1000 s" in lines[0]
+    assert lines[1].startswith("- FlashSAC reaches PPO's final score sooner on QuadrupedVelocity-Flat-v0: met (on 2")
+    assert lines[2] == "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task."
+
+
+def test_offpolicy_options_that_do_not_improve_sac_are_reported_as_not_helping():
+    rows = []
+    for task, sac, dsac in (("HalfCheetah-v5", 3000, 3500), ("Ant-v5", 1000, 900), ("Humanoid-v5", 500, 450)):
+        rows.append(offpolicy_row(task, "SAC", 0, (900, sac)))
+        rows.append(offpolicy_row(task, "SAC + DSAC", 0, (900, dsac)))
+    lines = offpolicy.goals(rows, argparse.Namespace(seeds=[0]))
+    dsac = next(line for line in lines if line.startswith("- SAC + DSAC"))
+    assert dsac == (
+        "- SAC + DSAC improves SAC on at least two of the three: missed, not helping here (1 of 3: HalfCheetah-v5 "
+        "3,500 vs 3,000, Ant-v5 900 vs 1,000, Humanoid-v5 450 vs 500)."
+    )
 
 
 def sim2sim_row(training: str, seed: int, mujoco: float, pybullet: float, task: str = "HalfCheetah-v5") -> dict:
