@@ -38,6 +38,8 @@ blocks, expansion 4, 101 atoms on [-5, 5], BN momentum 0.01, alpha 0.01, sigma_t
 tau 0.01, lr 3e-4 decayed by a cosine to 1.5e-4, actor updates every second critic update, the log-std map onto
 [-10, 2], the reward scale max(std(G), max|G| / v_max)) come from its authors' project page and code
 (github.com/Holiday-Robot/FlashSAC), read for facts, not copied. Their CPU-simulator settings are the defaults here.
+Where this file differs from their code: each environment draws its own holding time for its noise (theirs: one for
+all environments), and there is no torch.compile or mixed precision.
 """
 
 from __future__ import annotations
