@@ -1,6 +1,6 @@
-"""Networks whose norms stay bounded, after FlashSAC (arXiv 2604.04539) and SimBa's residual blocks: linear layers
-whose weight rows are kept at unit norm, batch and RMS normalisation, and inverted residual blocks, each as an
-ensemble of ``members`` networks side by side (``[E, B, features]``: twin critics in one batched matmul).
+"""Networks whose norms stay bounded, after FlashSAC (arXiv 2604.04539): linear layers whose weight rows are kept at
+unit norm, batch and RMS normalisation, and inverted residual blocks, each as an ensemble of ``members`` networks
+side by side (``[E, B, features]``: twin critics in one batched matmul).
 
 Each bounded layer has ``project()``, which puts its norms back after an optimiser step: unit rows for the linear
 layers, and sqrt(features) for a normalisation's scale (jointly with its shift, for batch normalisation). Batch
