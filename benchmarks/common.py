@@ -98,7 +98,9 @@ class FinishedRuns:
     runs it has and starts only the missing ones, so a suite longer than one sitting can also be run in parts. A
     stored run is reused only if it was made by the same job (every argument that shapes it: task, algorithm, seed,
     budget, overrides); each result also records the commit it ran at, which the results list. ``--fresh`` on the
-    command line ignores what earlier invocations stored.
+    command line ignores what earlier invocations stored. A suite longer than one session keeps its runs in
+    ``--runs-dir benchmarks/results/finished``, which is committed, so that a later session on a fresh checkout
+    resumes it.
     """
 
     def __init__(self, args: argparse.Namespace, name: str):

@@ -1,0 +1,369 @@
+"""SAC and PPO on five Control Suite tasks at 500k dm_control steps, against published SAC figures.
+
+Each run trains with the settings shipped in ``agents/hyperparams/{sac,ppo}.yaml`` for its task (action repeat 2,
+the convention of the state-based DMC papers compared with below) until ``--dmc-steps`` dm_control steps (default
+500,000; what the DMC papers call environment steps: agent steps times the action repeat), evaluating its
+deterministic policy over 10 episodes every 50,000. The final evaluation is the run's result.
+
+The runs are many and long (the script prints its estimate first), so they run ``--jobs`` at a time (default 2),
+each in its own process pinned to its own core with one torch thread: the table's numbers are per step budget, not
+per wall-clock, and the wall-clock column says what one core took. Finished runs are kept in ``--runs-dir``; the
+suite is meant to be run in parts across sessions with ``--runs-dir benchmarks/results/finished`` (committed), and
+each invocation writes the report over the runs it has.
+
+Published SAC from states at 500k steps: TD-MPC2's SAC baseline, the one source with all five tasks at this budget
+and action repeat (``PUBLISHED``), with DrQ's table beside it where it has the task. The goal, from the issue: match
+the published SAC return on each task within the spread of seeds, that is, our mean plus one standard deviation over
+seeds at least the published mean. A uniformly random policy is scored on the same evaluation.
+
+    python benchmarks/dmc_learning.py [--tasks cheetah-run ...] [--algos sac ppo] [--seeds 0 1 2]
+        [--dmc-steps 500000] [--jobs 2] [--runs-dir DIR] [--results-dir benchmarks/results]
+
+Writes into ``--results-dir``: ``dmc_learning.md`` (the table, the verdicts, wall-clock), ``dmc_learning.csv`` (one
+row per run), ``dmc_learning_curves.csv`` (every evaluation) and ``dmc_learning.png`` (return against dm_control
+steps, per task: each algorithm's mean over seeds with its range, and the published SAC figure), with the machine
+they ran on.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import datetime
+import json
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+
+import common
+import numpy as np
+import torch
+
+TASKS = ("cheetah-run", "walker-walk", "quadruped-run", "humanoid-stand", "finger-spin")
+ALGOS = ("sac", "ppo")
+DMC_STEPS = 500_000
+EVAL_EVERY_DMC_STEPS = 50_000
+EVAL_EPISODES = 10
+# On one core, for the estimate printed at the start: a SAC update (128x128, batch 256) took 6.7 ms on one thread of
+# an Intel Xeon, so 250k of them take about 28 minutes, with the env steps and evaluations besides.
+MINUTES_PER_RUN = {"sac": 40, "ppo": 10}
+
+# Published SAC from states at 500k dm_control steps with action repeat 2: TD-MPC2's SAC baseline (Hansen et al.,
+# arXiv 2310.16828), whose per-seed evaluations the authors released (github.com/nicklashansen/tdmpc2, results/sac/
+# <task>.csv, the rows at step 500000, seeds 1-3). No paper prints a table of SAC from states at 500k for all five
+# tasks; the paper shows these runs as curves. Mean and standard deviation (n - 1) are computed here from the seeds.
+TDMPC2_SAC_SEEDS = {
+    "cheetah-run": (716.1, 671.0, 396.5),
+    "walker-walk": (957.4, 948.2, 953.0),
+    "quadruped-run": (163.5, 120.3, 74.2),
+    "humanoid-stand": (4.6, 6.0, 5.0),
+    "finger-spin": (826.3, 960.5, 831.7),
+}
+PUBLISHED = {task: (float(np.mean(v)), float(np.std(v, ddof=1))) for task, v in TDMPC2_SAC_SEEDS.items()}
+# DrQ's Table 1 (Kostrikov et al., arXiv 2004.13649), "SAC State" at 500k environment steps, without action repeat
+# (10 seeds, mean ± standard deviation): quoted beside the table for the three tasks it has.
+DRQ_SAC_STATE = {"cheetah-run": "772 ± 60", "walker-walk": "964 ± 8", "finger-spin": "927 ± 43"}
+
+
+def env_id(task: str) -> str:
+    return f"dm_control/{task}-v0"
+
+
+# -- one run, in its own process ---------------------------------------------------------------------------
+
+
+def run_ours(algo_name: str, task: str, seed: int, dmc_steps: int, run_dir: pathlib.Path) -> dict:
+    """One run with the shipped settings to ``dmc_steps`` dm_control steps; its curve counts dm_control steps."""
+    import rl_suite
+    from rl_suite.registry import load_algorithm
+    from rl_suite.rng import seed_everything
+    from rl_suite.runner import RunConfig, Runner
+    from rl_suite.settings import new_run_settings, tuned_settings
+
+    algo = load_algorithm(algo_name)
+    repeat = action_repeat(tuned_settings(algo, env_id(task)))
+    fixed = dict(
+        total_steps=dmc_steps // repeat,
+        eval_every_steps=min(EVAL_EVERY_DMC_STEPS, dmc_steps) // repeat,  # a short smoke run evaluates at its end
+        eval_episodes=EVAL_EPISODES,
+        checkpoint_every_steps=10**12,
+        progress=False,
+        seed=seed,
+        env_kwargs={"nthread": 1},  # one core per run
+    )
+    run_values, agent_values = new_run_settings(algo, env_id(task), fixed)
+    config = RunConfig(**run_values)
+    seed_everything(seed)
+    env = rl_suite.make(env_id(task), num_envs=config.num_envs, seed=seed, **config.env_kwargs)
+    agent = algo.for_env(env, algo.Config(**agent_values))
+    summary = Runner(agent, env, config, run_dir=run_dir).run()
+    curve = [
+        {"dmc_steps": row["env_steps"] * repeat, "wall_time_s": row["wall_time_s"], "mean_return": row["mean_return"]}
+        for row in summary["evaluations"]
+    ]
+    return {
+        "dmc_steps": summary["env_steps"] * repeat,
+        "action_repeat": repeat,
+        "final_return": summary["final_eval"]["mean_return"],
+        "curve": curve,
+    }
+
+
+def action_repeat(settings: dict) -> int:
+    return int((settings.get("env_kwargs") or {}).get("action_repeat", 1))
+
+
+def worker(args) -> None:
+    torch.set_num_threads(1)
+    started = time.perf_counter()
+    with tempfile.TemporaryDirectory() as run_dir:
+        result = run_ours(args.algo, args.task, args.seed, args.dmc_steps, pathlib.Path(run_dir))
+    result.update(algo=args.algo, task=args.task, seed=args.seed, seconds=time.perf_counter() - started)
+    pathlib.Path(args.out).write_text(json.dumps(result))
+
+
+def launch(job: dict, core: int, out: pathlib.Path) -> subprocess.Popen:
+    command = [sys.executable, __file__, "--worker", "--algo", job["algo"], "--task", job["task"]]
+    command += ["--seed", str(job["seed"]), "--dmc-steps", str(job["dmc_steps"]), "--out", str(out)]
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core in os.sched_getaffinity(0) else None
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen(command, preexec_fn=pin, env=env)
+
+
+# -- the suite -----------------------------------------------------------------------------------------------
+
+
+def run_all(args) -> list[dict]:
+    """Every (task, algorithm, seed), ``--jobs`` at a time, each on its own core; kept runs are not run again."""
+    finished = common.FinishedRuns(args, "dmc_learning")
+    jobs = [
+        dict(
+            task=task,
+            algo=algo,
+            seed=seed,
+            dmc_steps=args.dmc_steps,
+            settings=common.shipped_settings(algo, env_id(task)),
+        )
+        for task in args.tasks
+        for algo in args.algos
+        for seed in args.seeds
+    ]
+    results = {index: finished.get(job) for index, job in enumerate(jobs)}
+    waiting = [index for index, result in results.items() if result is None]
+    print(f"{len(jobs) - len(waiting)} of {len(jobs)} runs kept from earlier invocations", flush=True)
+    cores = sorted(os.sched_getaffinity(0))[: args.jobs]
+    running: dict[int, tuple[subprocess.Popen, int, pathlib.Path]] = {}  # core -> (process, job index, out)
+    failed: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        while running or (waiting and not failed):  # after a failure, the running ones finish and are kept
+            for core in cores:
+                if core not in running and waiting and not failed:
+                    index = waiting.pop(0)
+                    out = pathlib.Path(scratch) / f"run{index}.json"
+                    running[core] = (launch(jobs[index], core, out), index, out)
+            time.sleep(1.0)
+            for core, (process, index, out) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[core]
+                job = jobs[index]
+                if process.returncode != 0:
+                    failed.append(f"{job['algo']} on {job['task']} seed {job['seed']} (exit {process.returncode})")
+                    continue
+                results[index] = run = finished.put(job, json.loads(out.read_text()))
+                print(
+                    f"{run['task']} {run['algo']} seed {run['seed']}: {run['final_return']:.0f} after "
+                    f"{run['dmc_steps']:,} dm_control steps, {run['seconds'] / 60:.0f} min",
+                    flush=True,
+                )
+    if failed:
+        raise SystemExit(f"failed: {'; '.join(failed)} (the finished runs are kept; run again to resume)")
+    return [results[index] for index in range(len(jobs))]
+
+
+def random_returns(tasks, seed: int) -> dict[str, float]:
+    """A uniformly random policy's return on each task, on the runs' evaluation, with the SAC settings' repeat."""
+    return {
+        task: common.random_policy_evaluation(
+            env_id(task), EVAL_EPISODES, seed, action_repeat=action_repeat(common.shipped_settings("sac", env_id(task)))
+        )["mean_return"]
+        for task in tasks
+    }
+
+
+# -- the report ----------------------------------------------------------------------------------------------------
+
+
+def finals(rows: list[dict], task: str, algo: str) -> common.OverSeeds | None:
+    by_seed = {run["seed"]: run["final_return"] for run in rows if run["task"] == task and run["algo"] == algo}
+    return common.over_seeds(by_seed) if by_seed else None
+
+
+def sac_verdict(task: str, sac: common.OverSeeds | None) -> str:
+    """Met when the published mean is at most our mean plus one standard deviation over seeds."""
+    if task not in PUBLISHED or sac is None:
+        return "no published figure" if task not in PUBLISHED else "not run"
+    if sac.n < common.MIN_PUBLISHED_SEEDS:
+        return f"no verdict ({common.count(sac.n, 'seed')})"
+    return common.verdict(sac.mean + sac.std >= PUBLISHED[task][0])
+
+
+def settings_line(algo: str, task: str) -> str:
+    shipped = common.shipped_settings(algo, env_id(task))
+    keys = ("num_envs", "hidden", "lr", "batch_size", "utd_ratio", "n_step", "n_steps", "epochs", "minibatches")
+    described = ", ".join(f"{key} {shipped[key]}" for key in keys if key in shipped)
+    return f"{algo.upper()}: {described}, action repeat {action_repeat(shipped)}"
+
+
+def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
+    folder = args.results_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    with open(folder / "dmc_learning.csv", "w", newline="") as f:
+        fields = ["task", "algo", "seed", "dmc_steps", "action_repeat", "final_return", "seconds", "commit"]
+        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
+        writer.writeheader()
+        writer.writerows(rows)
+    with open(folder / "dmc_learning_curves.csv", "w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["task", "algo", "seed", "dmc_steps", "wall_time_s", "mean_return"])
+        for run in rows:
+            for point in run["curve"]:
+                writer.writerow([run["task"], run["algo"], run["seed"], *point.values()])
+
+    fmt = "{:,.0f}"
+    header = "| task | " + " | ".join(
+        f"{a.upper()}, final (mean ± std) | {a.upper()}, best (seed k)" for a in args.algos
+    )
+    lines = [
+        f"# SAC and PPO on the Control Suite at {args.dmc_steps:,} dm_control steps, against published SAC",
+        "",
+        f"Machine: {common.cpu_name()}; torch {torch.__version__}. Run: `python benchmarks/dmc_learning.py` on "
+        f"{datetime.date.today()}, {args.jobs} run(s) at a time, each on its own core with one torch thread; shipped "
+        "settings (`agents/hyperparams/{sac,ppo}.yaml`); evaluation: 10 episodes of the deterministic policy. "
+        + common.commits_line(rows),
+        "",
+        common.seeds_line(list(args.seeds)),
+        "",
+        "dm_control steps are agent steps times the action repeat, as the DMC papers count environment steps.",
+        "",
+        header + " | random | published SAC (TD-MPC2) | DrQ's SAC State | SAC goal |",
+        "|---|" + "---:|---:|" * len(args.algos) + "---:|---:|---:|---|",
+    ]
+    met = 0
+    for task in args.tasks:
+        cells = []
+        for algo in args.algos:
+            stats = finals(rows, task, algo)
+            cells += [common.mean_std(stats, fmt), common.best_of(stats, fmt)] if stats else ["not run", ""]
+        published = PUBLISHED.get(task)
+        published_cell = f"{published[0]:,.1f} ± {published[1]:,.1f}" if published else "none found"
+        verdict = sac_verdict(task, finals(rows, task, "sac"))
+        met += verdict == "met"
+        drq = DRQ_SAC_STATE.get(task, "")
+        lines.append(
+            f"| {task} | " + " | ".join(cells) + f" | {randoms[task]:,.1f} | {published_cell} | {drq} | {verdict} |"
+        )
+    lines += [
+        "",
+        "Published SAC: TD-MPC2's SAC baseline (arXiv 2310.16828) at 500k dm_control steps with action repeat 2, "
+        "mean ± standard deviation over its 3 released seeds (github.com/nicklashansen/tdmpc2, results/sac/); "
+        'DrQ\'s Table 1 (arXiv 2004.13649) "SAC State" at 500k steps without action repeat, 10 seeds, where it has '
+        "the task.",
+        "",
+        "Goal (our SAC's mean plus one standard deviation over seeds at least TD-MPC2's SAC mean, on each task): "
+        + (
+            f"{common.verdict(met == len(args.tasks))}, {met} of {len(args.tasks)} tasks."
+            if len(args.seeds) >= common.MIN_PUBLISHED_SEEDS
+            else f"no verdict with {common.count(args.seeds, 'seed')}."
+        ),
+        "",
+        "Settings: " + "; ".join(settings_line(algo, args.tasks[0]) for algo in args.algos) + ".",
+        "",
+        "Wall-clock per run on one core, mean over its seeds: " + wall_clock(rows, args) + ".",
+        "",
+        "![return against dm_control steps](dmc_learning.png)",
+    ]
+    common.write_report(folder / "dmc_learning.md", lines)
+    plot(rows, randoms, args, folder / "dmc_learning.png")
+
+
+def wall_clock(rows: list[dict], args) -> str:
+    cells = []
+    for algo in args.algos:
+        for task in args.tasks:
+            seconds = [run["seconds"] for run in rows if run["task"] == task and run["algo"] == algo]
+            if seconds:
+                cells.append(f"{algo.upper()} {task} {np.mean(seconds) / 60:.0f} min")
+    return ", ".join(cells)
+
+
+def plot(rows: list[dict], randoms: dict[str, float], args, path: pathlib.Path) -> None:
+    plt = common.pyplot()
+    if plt is None:
+        return
+    figure, axes = plt.subplots(1, len(args.tasks), figsize=(4 * len(args.tasks), 3.6), squeeze=False)
+    for axis, task in zip(axes[0], args.tasks, strict=True):
+        for algo in args.algos:
+            runs = [run for run in rows if run["task"] == task and run["algo"] == algo]
+            if not runs:
+                continue
+            steps = sorted(set.intersection(*({p["dmc_steps"] for p in run["curve"]} for run in runs)))
+            by_step = [{p["dmc_steps"]: p["mean_return"] for p in run["curve"]} for run in runs]
+            returns = np.array([[curve[s] for s in steps] for curve in by_step])
+            axis.plot(steps, returns.mean(axis=0), label=f"{algo.upper()} (mean of {len(runs)})")
+            axis.fill_between(steps, returns.min(axis=0), returns.max(axis=0), alpha=0.2)
+        if task in PUBLISHED:
+            mean, spread = PUBLISHED[task]
+            axis.errorbar([args.dmc_steps], [mean], yerr=[spread], fmt="k*", capsize=3, label="published SAC")
+        axis.axhline(randoms[task], color="grey", linestyle=":", label="random")
+        axis.set(title=task, xlabel="dm_control steps", ylim=(0, 1000))
+        axis.grid(alpha=0.3)
+    axes[0][0].set_ylabel("evaluation return")
+    axes[0][-1].legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)
+
+
+# -- command line ------------------------------------------------------------------------------------------------
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK")
+    parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
+    parser.add_argument("--dmc-steps", type=int, default=DMC_STEPS, help="dm_control steps per run (default 500k)")
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, each on its own core (default 2)")
+    common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
+    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--algo", help=argparse.SUPPRESS)
+    parser.add_argument("--task", help=argparse.SUPPRESS)
+    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--out", help=argparse.SUPPRESS)
+    args = parser.parse_args()
+    if args.worker:
+        worker(args)
+        return
+    common.check_seed_arguments(parser, args)
+    if args.dmc_steps < 1000:
+        parser.error(f"--dmc-steps must be at least 1,000 (one episode), got {args.dmc_steps:,}")
+    if not 1 <= args.jobs <= len(os.sched_getaffinity(0)):
+        parser.error(f"--jobs must be between 1 and the {len(os.sched_getaffinity(0))} cores this process may use")
+    scale = args.dmc_steps / DMC_STEPS
+    minutes = sum(MINUTES_PER_RUN[algo] * scale for algo in args.algos) * len(args.tasks) * len(args.seeds)
+    print(
+        f"Estimated wall-clock: {common.grid((args.tasks, 'task'), (args.algos, 'algorithm'), (args.seeds, 'seed'))}, "
+        f"{args.jobs} at a time: about {common.duration(minutes / args.jobs)} (SAC about {MINUTES_PER_RUN['sac']} min "
+        f"a run on one core, PPO {MINUTES_PER_RUN['ppo']}), less the runs kept from earlier invocations.",
+        flush=True,
+    )
+    rows = run_all(args)
+    write_results(rows, random_returns(args.tasks, args.seeds[0]), args)
+
+
+if __name__ == "__main__":
+    main()
