@@ -31,11 +31,20 @@ def train(algo_name: str, env_id: str, tmp_path, agent_out: dict | None = None, 
         ("ppo", "CartPole-v1", 475.0, 100, 100_000),
         ("ppo", "Pendulum-v1", -300.0, 100, 150_000),
         ("sac", "Pendulum-v1", -200.0, 20, 40_000),
+        ("flashsac", "Pendulum-v1", -200.0, 20, 40_000),
         ("pql", "Pendulum-v1", -200.0, 20, 40_000),  # concurrent workers: thread timing varies from run to run
         ("fpo", "Pendulum-v1", -300.0, 100, 150_000),
         ("policyflow", "Pendulum-v1", -300.0, 100, 150_000),
     ],
-    ids=["ppo-cartpole", "ppo-pendulum", "sac-pendulum", "pql-pendulum", "fpo-pendulum", "policyflow-pendulum"],
+    ids=[
+        "ppo-cartpole",
+        "ppo-pendulum",
+        "sac-pendulum",
+        "flashsac-pendulum",
+        "pql-pendulum",
+        "fpo-pendulum",
+        "policyflow-pendulum",
+    ],
 )
 def test_reaches_the_threshold(tmp_path, algo, env_id, threshold, episodes, budget):
     summary = train(
@@ -59,6 +68,18 @@ def test_distributional_pql_reaches_the_threshold_on_pendulum(tmp_path, target):
     summary = train(
         "pql", "Pendulum-v1", tmp_path, seed=0, distributional=True, distributional_target=target, concurrent=False,
         stop_at_return=PENDULUM_THRESHOLD, eval_episodes=20, total_steps=budget,
+    )  # fmt: skip
+    final = summary["final_eval"]
+    assert final["episodes"] == 20 and final["mean_return"] >= PENDULUM_THRESHOLD, summary
+    assert summary["threshold"]["reached"] and summary["env_steps"] <= budget
+
+
+def test_sac_with_dsac_critics_reaches_the_threshold_on_pendulum(tmp_path):
+    """SAC's shipped Pendulum settings with DSAC-T's Gaussian return critics (critic: dsac)."""
+    budget = 40_000
+    summary = train(
+        "sac", "Pendulum-v1", tmp_path, seed=0, critic="dsac", stop_at_return=PENDULUM_THRESHOLD, eval_episodes=20,
+        total_steps=budget,
     )  # fmt: skip
     final = summary["final_eval"]
     assert final["episodes"] == 20 and final["mean_return"] >= PENDULUM_THRESHOLD, summary
