@@ -44,7 +44,14 @@ from rl_suite.categorical import DISTRIBUTIONAL_TARGETS, distributional_target
 from rl_suite.concurrency import Mailbox, RateBalancer, Worker, WorkerGroup, overlap_seconds
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TwinCritic, mlp
-from rl_suite.optim import annealed_expectile, expectile_weights, finite_or_warn, gradient_step, polyak_update
+from rl_suite.optim import (
+    annealed_expectile,
+    check_expectile,
+    expectile_weights,
+    finite_or_warn,
+    gradient_step,
+    polyak_update,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -207,11 +214,7 @@ class PQL(Agent):
         if c.distributional_target not in DISTRIBUTIONAL_TARGETS:
             choices = " or ".join(map(repr, DISTRIBUTIONAL_TARGETS))
             raise ValueError(f"distributional_target must be {choices}, got {c.distributional_target!r}")
-        if not 0.5 <= c.expectile < 1.0 or c.expectile_anneal_steps < 0:
-            raise ValueError(
-                f"expectile must be in [0.5, 1) and expectile_anneal_steps not negative, got {c.expectile} and "
-                f"{c.expectile_anneal_steps}"
-            )
+        check_expectile(c.expectile, c.expectile_anneal_steps)
         if c.distributional and c.expectile != 0.5:
             raise ValueError("the expectile loss applies to the scalar critics' squared error, not to PQL-D")
         self.expectile = c.expectile  # the actor's thread sets it in update; the V-learner reads it
@@ -314,8 +317,7 @@ class PQL(Agent):
         if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
             return {}
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
-            fraction = progress if c.expectile_anneal_steps == 0 else self.env_steps_seen / c.expectile_anneal_steps
-            self.expectile = annealed_expectile(c.expectile, fraction)
+            self.expectile = annealed_expectile(c.expectile, c.expectile_anneal_steps, progress, self.env_steps_seen)
         self.balancer.add("actor")
         if not c.concurrent:
             self._learn_in_turn()

@@ -41,7 +41,14 @@ from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
-from rl_suite.optim import annealed_expectile, expectile_weights, finite_or_warn, gradient_step, polyak_update
+from rl_suite.optim import (
+    annealed_expectile,
+    check_expectile,
+    expectile_weights,
+    finite_or_warn,
+    gradient_step,
+    polyak_update,
+)
 
 CRITICS = ("twin", "dsac")
 DSAC_EPS = 0.1  # DSAC-T's constant in the gradients' denominators and the scale (its code's "bias")
@@ -105,11 +112,7 @@ class SAC(Agent):
         self.actor = TanhGaussianPolicy(obs_dim, act_dim, c.hidden, c.activation)
         if c.critic not in CRITICS:
             raise ValueError(f"critic must be one of {', '.join(map(repr, CRITICS))}, got {c.critic!r}")
-        if not 0.5 <= c.expectile < 1.0 or c.expectile_anneal_steps < 0:
-            raise ValueError(
-                f"expectile must be in [0.5, 1) and expectile_anneal_steps not negative, got {c.expectile} and "
-                f"{c.expectile_anneal_steps}"
-            )
+        check_expectile(c.expectile, c.expectile_anneal_steps)
         if c.critic == "dsac" and c.expectile != 0.5:
             raise ValueError("the expectile loss applies to the twin critics' squared error, not to critic='dsac'")
         # DSAC's critics output a mean and a raw standard deviation each.
@@ -182,8 +185,7 @@ class SAC(Agent):
         self.update_credit += c.utd_ratio * buffer.num_envs * c.steps_per_iteration
         updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
-            fraction = progress if c.expectile_anneal_steps == 0 else self.env_steps_seen / c.expectile_anneal_steps
-            self.expectile = annealed_expectile(c.expectile, fraction)
+            self.expectile = annealed_expectile(c.expectile, c.expectile_anneal_steps, progress, self.env_steps_seen)
         totals = {}
         for _ in range(updates):
             losses = self._update_once(buffer.sample(c.batch_size))

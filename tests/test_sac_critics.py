@@ -61,7 +61,8 @@ def test_the_expectile_weights_and_their_schedule_on_hand_computed_numbers():
     error = torch.tensor([1.0, -1.0, 0.0])  # target above, below and at the prediction
     torch.testing.assert_close(expectile_weights(error, 0.9), torch.tensor([1.8, 0.2, 1.8]))
     torch.testing.assert_close(expectile_weights(error, 0.5), torch.ones(3))  # the plain squared error
-    assert [annealed_expectile(0.9, f) for f in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.9, 0.7, 0.5, 0.5])
+    assert [annealed_expectile(0.9, 0, f, 0) for f in (0.0, 0.5, 1.0, 2.0)] == pytest.approx([0.9, 0.7, 0.5, 0.5])
+    assert annealed_expectile(0.9, 1000, 0.0, 250) == pytest.approx(0.8)  # a set length: env steps, not progress
 
 
 def test_settings_that_do_not_combine_are_refused():
