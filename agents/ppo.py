@@ -17,15 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 
-import gymnasium as gym
 import torch
-from torch import nn
 
 from rl_suite import distributed
-from rl_suite.buffers import RolloutBuffer, transition_spec
-from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ActionScaler, mlp, policy_head
-from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
+from rl_suite.buffers import RolloutBuffer
+from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs, value_loss
 
 
 @dataclasses.dataclass(frozen=True)
@@ -56,49 +52,13 @@ class PPO(OnPolicyAgent):
 
     def __init__(self, observation_space, action_space, config: PPOConfig | None = None, device="cpu", **overrides):
         super().__init__(observation_space, action_space, config, device, **overrides)  # normalisers (OnPolicyAgent)
-        c, obs_dim = self.config, observation_space.shape[0]
-        self.continuous = isinstance(action_space, gym.spaces.Box)
-        self.actor = policy_head(action_space, obs_dim, c.hidden, c.activation, c.init_log_std)
-        self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
-        self.scaler = ActionScaler(action_space) if self.continuous else nn.Identity()
-        self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
-
-    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
-        extras = {"policy_action": (self.action_space.shape, torch.float32)} if self.continuous else {}  # unclipped
-        extras.update(self.critic_fields())
-        action_dtype = torch.float32 if self.continuous else torch.int64
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
-        return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
-
-    @torch.no_grad()
-    def act(self, obs: torch.Tensor, deterministic: bool = False):
-        pi = self.actor(self.normalizer(obs))
-        if deterministic:
-            return self.scaler(pi.mode()), {}
-        action = pi.sample()
-        return self.scaler(action), ({"policy_action": action} if self.continuous else {})
-
-    def inference_policy(self) -> MLPInference:
-        """The Gaussian's mean through the action scaler (``Box``), or the argmax of the logits (``Discrete``)."""
-        scaler = self.scaler if self.continuous else None
-        return MLPInference(self.observation_space, self.action_space, self.normalizer, self.actor.net, scaler)
+        self.build_policy(self.config.init_log_std)  # actor, critic, scaler; make_buffer, act, export (OnPolicyAgent)
+        self.register({"actor": self.actor}, torch.optim.Adam, lr=self.config.lr, eps=1e-5, fused=True)
 
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c, d = self.config, buffer.data
         # 2. The behaviour policy's log-probabilities and values, and GAE, in batched passes over the rollout.
-        actions = d["policy_action"] if self.continuous else d["actions"]
-        obs, values, advantages, returns, critic_samples = self.rollout_targets(d)
-        with torch.no_grad():
-            log_prob = self.actor(obs).log_prob(actions)
-        samples = {
-            "obs": obs.flatten(0, 1),
-            "actions": actions.flatten(0, 1),
-            "log_prob": log_prob.flatten(),
-            "value": values.flatten(),
-            "advantages": advantages.flatten(),
-            "returns": returns.flatten(),
-            **critic_samples,
-        }
+        samples = self.policy_samples(d)
         if c.lr_schedule == "linear":
             self.lr = c.lr * max(1.0 - progress, 0.0)
         clip = c.clip_range * (max(1.0 - progress, 0.0) if c.clip_schedule == "linear" else 1.0)
@@ -128,20 +88,15 @@ class PPO(OnPolicyAgent):
         ratio = log_ratio.exp()
         advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         policy_loss = clipped_surrogate(ratio, advantages, clip)
-        value = self.value(mb)
-        value_loss = (value - mb["returns"]).square()
-        if c.clip_value is not None:
-            clipped = mb["value"] + (value - mb["value"]).clamp(-c.clip_value, c.clip_value)
-            value_loss = torch.max(value_loss, (clipped - mb["returns"]).square())
-        value_loss = 0.5 * value_loss.mean()
+        v_loss = value_loss(self.value(mb), mb["returns"], mb["value"], c.clip_value)
         entropy = pi.entropy().mean()
         with torch.no_grad():
             approx_kl = ((ratio - 1) - log_ratio).mean()  # Schulman's low-variance estimator of KL(old || new)
             clip_fraction = ((ratio - 1).abs() > clip).float().mean()
         return {
-            "loss": policy_loss + c.vf_coef * value_loss - c.ent_coef * entropy,
+            "loss": policy_loss + c.vf_coef * v_loss - c.ent_coef * entropy,
             "policy_loss": policy_loss,
-            "value_loss": value_loss,
+            "value_loss": v_loss,
             "entropy": entropy,
             "approx_kl": approx_kl,
             "clip_fraction": clip_fraction,

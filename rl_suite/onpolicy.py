@@ -1,19 +1,22 @@
-"""What the on-policy agents (PPO, FPO, PolicyFlow) share: values and GAE advantages from a rollout with truncation
-bootstrapping, reward scaling by the running spread of the discounted return, the PPO-clip surrogate, the loop of
-epochs over shuffled minibatches, and ``OnPolicyAgent``, the frame around each one's own networks and loss."""
+"""What the on-policy agents (PPO, BPO, FixPO, PROPS, FPO, PolicyFlow) share: values and GAE advantages from a rollout
+with truncation bootstrapping, reward scaling by the running spread of the discounted return, the PPO-clip surrogate,
+the loop of epochs over shuffled minibatches, and ``OnPolicyAgent``, the frame around each one's own networks and
+loss, with the Gaussian or categorical policy that all but the flow agents act with."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Iterator
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from rl_suite import distributed
 from rl_suite.agent import Agent
-from rl_suite.buffers import RolloutBuffer, gae
-from rl_suite.networks import RunningNorm
+from rl_suite.buffers import RolloutBuffer, gae, transition_spec
+from rl_suite.deploy.inference import MLPInference
+from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
 from rl_suite.optim import finite_or_warn, gradient_step
 from rl_suite.spaces import space_from_dict, space_to_dict
 
@@ -78,6 +81,16 @@ def clipped_surrogate(
     advantages = advantages.view(*advantages.shape, *[1] * (ratio.dim() - advantages.dim()))
     loss = torch.max(-advantages * ratio, -advantages * ratio.clamp(1 - clip, 1 + clip))
     return loss.mean() if weights is None else weighted_mean(loss, weights)
+
+
+def value_loss(value: torch.Tensor, returns: torch.Tensor, old_value: torch.Tensor, clip: float | None) -> torch.Tensor:
+    """``0.5 E[(V(s) - R)^2]``; with ``clip``, the larger of that and the loss of V moved at most ``clip`` from its
+    prediction when the rollout was collected (``old_value``), as PPO's reference implementation clips it."""
+    loss = (value - returns).square()
+    if clip is not None:
+        clipped = old_value + (value - old_value).clamp(-clip, clip)
+        loss = torch.max(loss, (clipped - returns).square())
+    return 0.5 * loss.mean()
 
 
 def weighted_mean(x: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
@@ -176,13 +189,16 @@ class OnPolicyConfig:
 
 
 class OnPolicyAgent(Agent):
-    """The frame that PPO, FPO and PolicyFlow share around their own networks and losses.
+    """The frame that the on-policy agents share around their own networks and losses.
 
     ``__init__`` builds what none of them chooses: the observation normaliser (``normalize_obs``), the statistics of
     the discounted return that reward scaling divides by (``scale_rewards``), the current learning rate and the count
-    of skipped updates. The agent's own ``__init__`` then builds its actor, ``self.critic`` and ``self.scaler``, and
-    hands them with its optimiser to ``register``. Its ``update`` calls ``rollout_targets``, then ``train_epochs`` with
-    ``minibatch_step`` on its loss, then ``finish_update``. Its ``Config`` derives from ``OnPolicyConfig``.
+    of skipped updates. The agent's own ``__init__`` then builds its actor, ``self.critic`` and ``self.scaler`` (PPO,
+    BPO, FixPO and PROPS with ``build_policy``, whose Gaussian or categorical actor the default ``make_buffer``,
+    ``act`` and ``inference_policy`` serve; the flow agents build their own and replace those three), and hands them
+    with its optimiser to ``register``. Its ``update`` calls ``rollout_targets`` (or ``policy_samples``), then
+    ``train_epochs`` with ``minibatch_step`` on its loss, then ``finish_update``. Its ``Config`` derives from
+    ``OnPolicyConfig``.
     """
 
     def __init__(
@@ -220,6 +236,59 @@ class OnPolicyAgent(Agent):
         self.parameters = [p for module in (*policy.values(), self.critic) for p in module.parameters()]
         self.optimizer = optimizer(self.parameters, **settings)
         self.optimizers = {"optimizer": self.optimizer}
+
+    def build_policy(self, init_log_std: float) -> None:
+        """The networks of PPO, BPO, FixPO and PROPS (not yet registered): ``policy_head``'s actor, a Gaussian with a
+        learned, state-independent log standard deviation starting at ``init_log_std`` (``Box``) or a categorical
+        (``Discrete``); an MLP critic; and the scaler from the Gaussian's unbounded actions to the space's bounds."""
+        c = self.config
+        self.continuous = isinstance(self.action_space, gym.spaces.Box)
+        obs_dim = self.observation_space.shape[0]
+        self.actor = policy_head(self.action_space, obs_dim, c.hidden, c.activation, init_log_std)
+        self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
+        self.scaler = ActionScaler(self.action_space) if self.continuous else nn.Identity()
+
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
+        """The rollout of ``build_policy``'s actor: with the Gaussian's unclipped actions (``policy_action``), whose
+        log-probabilities the update needs, and the critic's own observations if it has them."""
+        extras = {"policy_action": (self.action_space.shape, torch.float32)} if self.continuous else {}
+        extras.update(self.critic_fields())
+        action_dtype = torch.float32 if self.continuous else torch.int64
+        spec = transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
+        return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        pi = self.actor(self.normalizer(obs))
+        if deterministic:
+            return self.scaler(pi.mode()), {}
+        action = pi.sample()
+        return self.scaler(action), ({"policy_action": action} if self.continuous else {})
+
+    def inference_policy(self) -> MLPInference:
+        """``build_policy``'s actor for export: the Gaussian's mean through the action scaler (``Box``), or the argmax
+        of the logits (``Discrete``)."""
+        scaler = self.scaler if self.continuous else None
+        return MLPInference(self.observation_space, self.action_space, self.normalizer, self.actor.net, scaler)
+
+    def policy_samples(self, d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """The rollout fields ``d`` of ``build_policy``'s actor as flat samples for ``train_epochs``: normalised
+        observations, the actions (the Gaussian's unclipped ones), their log-probabilities under the policy that
+        acted (it has not changed since, so a batched pass recomputes what acting would have stored), values,
+        GAE advantages and returns (``rollout_targets``), and the critic's observations if it has its own."""
+        actions = d["policy_action"] if self.continuous else d["actions"]
+        obs, values, advantages, returns, critic_samples = self.rollout_targets(d)
+        with torch.no_grad():
+            log_prob = self.actor(obs).log_prob(actions)
+        return {
+            "obs": obs.flatten(0, 1),
+            "actions": actions.flatten(0, 1),
+            "log_prob": log_prob.flatten(),
+            "value": values.flatten(),
+            "advantages": advantages.flatten(),
+            "returns": returns.flatten(),
+            **critic_samples,
+        }
 
     @classmethod
     def for_env(cls, env, config=None, device="cpu", **overrides):
