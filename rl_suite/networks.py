@@ -223,6 +223,10 @@ class Categorical:
     def entropy(self) -> torch.Tensor:
         return -(self.logits.exp() * self.logits).sum(-1)
 
+    def kl(self, other: Categorical) -> torch.Tensor:
+        """KL(self || other) per distribution: sum_a p(a) (log p(a) - log q(a))."""
+        return (self.logits.exp() * (self.logits - other.logits)).sum(-1)
+
 
 class DiagGaussian:
     """A Gaussian with diagonal covariance; log-probabilities and entropies sum over the action dimensions."""
@@ -242,6 +246,13 @@ class DiagGaussian:
 
     def entropy(self) -> torch.Tensor:
         return (self.log_std + 0.5 * math.log(2 * math.pi * math.e)).sum(-1)
+
+    def kl(self, other: DiagGaussian) -> torch.Tensor:
+        """KL(self || other) per distribution, summed over the dimensions: log(s2 / s1) + (s1^2 + (m1 - m2)^2) /
+        (2 s2^2) - 1/2 each."""
+        variance_ratio = torch.exp(2 * (self.log_std - other.log_std))
+        gap = (self.mean - other.mean) * torch.exp(-other.log_std)
+        return (other.log_std - self.log_std + 0.5 * (variance_ratio + gap.square()) - 0.5).sum(-1)
 
 
 class TanhGaussian:
