@@ -14,6 +14,8 @@ import torch
 import yaml
 
 import rl_suite
+from rl_suite.agents.bpo import BPO
+from rl_suite.agents.fixpo import FixPO
 from rl_suite.agents.flashsac import FlashSAC
 from rl_suite.agents.fpo import FPO
 from rl_suite.agents.policyflow import PolicyFlow
@@ -124,13 +126,15 @@ def test_stops_at_the_time_budget(tmp_path):
     "algo, env_id, settings",
     [
         (PPO, "CartPole-v1", TINY_PPO),
+        (BPO, "Pendulum-v1", TINY_PPO),
+        (FixPO, "Pendulum-v1", {**TINY_PPO, "lr": 0.02, "kl_bound": 0.01}),  # its fixup phase at work
         (SAC, "Pendulum-v1", TINY_SAC),
         (FlashSAC, "Pendulum-v1", TINY_FLASH),
         (PQL, "Pendulum-v1", TINY_PQL),
         (FPO, "Pendulum-v1", TINY_FLOW),
         (PolicyFlow, "Pendulum-v1", TINY_FLOW),
     ],
-    ids=["ppo", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
+    ids=["ppo", "bpo", "fixpo", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
