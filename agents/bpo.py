@@ -128,13 +128,13 @@ class BPO(OnPolicyAgent):
             c.epochs,
             c.minibatches,
             self.device,
-            lambda mb: self.minibatch_step(self._loss(mb), adapt_to_kl=c.adaptive_kl),
+            lambda mb: self.minibatch_step(self.loss(mb), adapt_to_kl=c.adaptive_kl),
         )
         self.finish_update(buffer)  # 4.
         metrics["lr"] = torch.tensor(self.lr)
         return metrics
 
-    def _loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
         pi = self.actor(mb["obs"])
         log_ratio = pi.log_prob(mb["actions"]) - mb["log_prob"]

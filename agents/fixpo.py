@@ -144,7 +144,7 @@ class FixPO(OnPolicyAgent):
             self.penalty.beta.clamp_(min=0.0)
 
     def _primary_step(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-        losses = self._loss(mb)
+        losses = self.loss(mb)
         metrics = self.minibatch_step(losses)
         if metrics is not None:
             self._step_beta(losses["minibatch_kl_max"])
@@ -176,7 +176,7 @@ class FixPO(OnPolicyAgent):
             if satisfied:
                 return steps
 
-    def _loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
         pi = self.actor(mb["obs"])
         log_ratio = pi.log_prob(mb["actions"]) - mb["log_prob"]

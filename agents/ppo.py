@@ -69,7 +69,7 @@ class PPO(OnPolicyAgent):
             return c.target_kl is not None and distributed.mean(totals["approx_kl"] / steps) > 1.5 * c.target_kl
 
         def step(mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor] | None:
-            return self.minibatch_step(self._loss(mb, clip), adapt_to_kl=c.adaptive_kl)
+            return self.minibatch_step(self.loss(mb, clip), adapt_to_kl=c.adaptive_kl)
 
         metrics = train_epochs(samples, c.epochs, c.minibatches, self.device, step, stop=kl_too_high)
 
@@ -81,7 +81,7 @@ class PPO(OnPolicyAgent):
         metrics["clip_range"] = torch.tensor(clip)
         return metrics
 
-    def _loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
+    def loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:
         c = self.config
         pi = self.actor(mb["obs"])
         log_ratio = pi.log_prob(mb["actions"]) - mb["log_prob"]

@@ -61,6 +61,14 @@ class RewardScaler:
 
     @torch.no_grad()
     def __call__(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The rollout ``d``'s rewards scaled, after its returns joined the statistics (``update``)."""
+        self.update(d)
+        return self.scale(d["rewards"])
+
+    @torch.no_grad()
+    def update(self, d: dict[str, torch.Tensor]) -> None:
+        """Carry the running returns through the rollout ``d`` (the one after the last rollout given) and merge them
+        into the statistics."""
         if self.discounted_return is None:
             self.discounted_return = torch.zeros_like(d["rewards"][0])
         returns = torch.empty_like(d["rewards"])
@@ -69,7 +77,10 @@ class RewardScaler:
             returns[t] = self.discounted_return
             self.discounted_return = self.discounted_return * ~(d["terminated"][t] | d["truncated"][t])
         self.return_norm.update(returns)
-        return d["rewards"] / torch.sqrt(self.return_norm.var + 1e-8).float()
+
+    def scale(self, rewards: torch.Tensor) -> torch.Tensor:
+        """``rewards`` divided by the current standard deviation of the discounted return."""
+        return rewards / torch.sqrt(self.return_norm.var + 1e-8).float()
 
 
 def clipped_surrogate(
@@ -271,13 +282,16 @@ class OnPolicyAgent(Agent):
         scaler = self.scaler if self.continuous else None
         return MLPInference(self.observation_space, self.action_space, self.normalizer, self.actor.net, scaler)
 
-    def policy_samples(self, d: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    def policy_samples(
+        self, d: dict[str, torch.Tensor], rewards: torch.Tensor | None = None
+    ) -> dict[str, torch.Tensor]:
         """The rollout fields ``d`` of ``build_policy``'s actor as flat samples for ``train_epochs``: normalised
         observations, the actions (the Gaussian's unclipped ones), their log-probabilities under the policy that
         acted (it has not changed since, so a batched pass recomputes what acting would have stored), values,
-        GAE advantages and returns (``rollout_targets``), and the critic's observations if it has its own."""
+        GAE advantages and returns (``rollout_targets``, of ``rewards`` where given), and the critic's observations
+        if it has its own."""
         actions = d["policy_action"] if self.continuous else d["actions"]
-        obs, values, advantages, returns, critic_samples = self.rollout_targets(d)
+        obs, values, advantages, returns, critic_samples = self.rollout_targets(d, rewards)
         with torch.no_grad():
             log_prob = self.actor(obs).log_prob(actions)
         return {
@@ -327,14 +341,16 @@ class OnPolicyAgent(Agent):
 
     @torch.no_grad()
     def rollout_targets(
-        self, d: dict[str, torch.Tensor]
+        self, d: dict[str, torch.Tensor], rewards: torch.Tensor | None = None
     ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor, dict[str, torch.Tensor]]:
         """``(obs, values, advantages, returns, critic_samples)`` of the rollout fields ``d``, each ``[T, N, ...]``: the
         observations normalised, and the rewards scaled first if ``scale_rewards``. ``critic_samples`` is what the
         agent adds to its minibatch samples for ``value``: ``{"critic_obs": [T * N, ...]}`` normalised, with an
-        asymmetric critic, else nothing."""
+        asymmetric critic, else nothing. ``rewards``, if given, replace ``d``'s (already scaled: PROPS scales a history
+        of rollouts by the statistics of the newest)."""
         c = self.config
-        rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+        if rewards is None:
+            rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
         obs = self.normalizer(d["obs"])
         if self.critic_observation_space is None:
             values, advantages, returns = advantages_and_returns(

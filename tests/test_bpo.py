@@ -91,7 +91,7 @@ def test_updates_reach_the_analytic_optimum():
     returns = torch.where(actions < 2, 1.0, -1.0)
     samples = {"obs": obs, "actions": actions, "log_prob": log_prob, "returns": returns}
     for _ in range(300):
-        agent.minibatch_step(agent._loss(samples))
+        agent.minibatch_step(agent.loss(samples))
     with torch.no_grad():
         ratio = agent.actor(obs[:1]).logits.exp()[0] / pi.logits.exp()[0]
         median = agent.median(obs[:1]).item()

@@ -21,6 +21,7 @@ from rl_suite.agents.fpo import FPO
 from rl_suite.agents.policyflow import PolicyFlow
 from rl_suite.agents.ppo import PPO
 from rl_suite.agents.pql import PQL
+from rl_suite.agents.props import PROPS
 from rl_suite.agents.sac import SAC
 from rl_suite.checkpoint import CheckpointError, checkpoints, load_latest
 from rl_suite.cli import main
@@ -128,13 +129,14 @@ def test_stops_at_the_time_budget(tmp_path):
         (PPO, "CartPole-v1", TINY_PPO),
         (BPO, "Pendulum-v1", TINY_PPO),
         (FixPO, "Pendulum-v1", {**TINY_PPO, "lr": 0.02, "kl_bound": 0.01}),  # its fixup phase at work
+        (PROPS, "Pendulum-v1", {**TINY_PPO, "props_steps": 4, "props_epochs": 2, "props_minibatches": 2}),
         (SAC, "Pendulum-v1", TINY_SAC),
         (FlashSAC, "Pendulum-v1", TINY_FLASH),
         (PQL, "Pendulum-v1", TINY_PQL),
         (FPO, "Pendulum-v1", TINY_FLOW),
         (PolicyFlow, "Pendulum-v1", TINY_FLOW),
     ],
-    ids=["ppo", "bpo", "fixpo", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
+    ids=["ppo", "bpo", "fixpo", "props", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
@@ -326,8 +328,14 @@ def test_evaluation_videos_go_to_the_run_directory_and_tensorboard(tmp_path):
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
     agent, env = build(PPO, "InvertedPendulum-v5", TINY_PPO, num_envs=2)
-    config = run_config(env_id="InvertedPendulum-v5", num_envs=2, total_steps=64, eval_every_steps=64,
-                        eval_episodes=2, video_every_steps=32)
+    config = run_config(
+        env_id="InvertedPendulum-v5",
+        num_envs=2,
+        total_steps=64,
+        eval_every_steps=64,
+        eval_episodes=2,
+        video_every_steps=32,
+    )
     Runner(agent, env, config, run_dir=tmp_path).run()
     if not (tmp_path / "videos").exists():
         pytest.skip("no OpenGL context on this machine: the run went on without videos")
