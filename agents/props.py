@@ -146,8 +146,8 @@ class PROPS(Agent):
     def inference_policy(self):
         return self.target.inference_policy()
 
-    def update(self, history: History, progress: float = 0.0) -> dict[str, torch.Tensor]:
-        c, target = self.config, self.target
+    def update(self, buffer: History, progress: float = 0.0) -> dict[str, torch.Tensor]:
+        c, target, history = self.config, self.target, buffer  # the runner names it buffer
         self.iterations += 1
         newest = history.newest(c.props_steps)
         if c.scale_rewards:
