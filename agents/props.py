@@ -131,8 +131,7 @@ class PROPS(Agent):
         return self.config.props_steps
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> History:
-        rollout = self.target.make_buffer(num_envs)  # the target's fields: the Gaussian's unclipped actions
-        spec = {name: (tuple(v.shape[2:]), v.dtype) for name, v in rollout.data.items()}
+        spec = self.target.rollout_spec()  # the target's fields: the Gaussian's unclipped actions
         return History(self.config.buffer_batches * self.config.n_steps, num_envs, spec, self.device)
 
     @torch.no_grad()
@@ -147,21 +146,21 @@ class PROPS(Agent):
         return self.target.inference_policy()
 
     def update(self, buffer: History, progress: float = 0.0) -> dict[str, torch.Tensor]:
-        c, target, history = self.config, self.target, buffer  # the runner names it buffer
+        c, target = self.config, self.target
         self.iterations += 1
-        newest = history.newest(c.props_steps)
+        newest = buffer.newest(c.props_steps)
         if c.scale_rewards:
             target.reward_scaler.update(newest)
         if self.iterations % (c.n_steps // c.props_steps) == 0:  # 2.
-            data = history.ordered()
+            data = buffer.ordered()
             rewards = target.reward_scaler.scale(data["rewards"]) if c.scale_rewards else None
             samples = target.policy_samples(data, rewards)
             if c.sampling_error_every and self.target_updates % c.sampling_error_every == 0:
                 self.latest["sampling_error"] = self.sampling_error(samples)
             self.latest.update(self._target_update(samples, progress))
             self.target_updates += 1
-        full = history.filled == history.steps
-        metrics = self._behaviour_update(history.ordered(skip_oldest=c.props_steps if full else 0))  # 3.
+        full = buffer.filled == buffer.steps
+        metrics = self._behaviour_update(buffer.ordered(skip_oldest=c.props_steps if full else 0))  # 3.
         metrics.update(self.latest)  # the newest target update's and sampling error's, whichever iteration is logged
         if c.normalize_obs:  # each observation joins the statistics once, when new
             target.normalizer.update(newest["obs"])

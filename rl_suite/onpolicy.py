@@ -259,14 +259,18 @@ class OnPolicyAgent(Agent):
         self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(self.action_space) if self.continuous else nn.Identity()
 
-    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
-        """The rollout of ``build_policy``'s actor: with the Gaussian's unclipped actions (``policy_action``), whose
-        log-probabilities the update needs, and the critic's own observations if it has them."""
+    def rollout_spec(self) -> dict:
+        """The fields ``build_policy``'s actor stores per step: the transition, the Gaussian's unclipped actions
+        (``policy_action``), whose log-probabilities the update needs, and the critic's own observations if it has
+        them."""
         extras = {"policy_action": (self.action_space.shape, torch.float32)} if self.continuous else {}
         extras.update(self.critic_fields())
         action_dtype = torch.float32 if self.continuous else torch.int64
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
-        return RolloutBuffer(self.config.n_steps, num_envs, spec, self.device)
+        return transition_spec(self.observation_space.shape, self.action_space.shape, action_dtype, extras)
+
+    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
+        """A rollout of ``n_steps`` of ``rollout_spec``'s fields."""
+        return RolloutBuffer(self.config.n_steps, num_envs, self.rollout_spec(), self.device)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
