@@ -16,6 +16,8 @@ import os
 import pathlib
 import subprocess
 import sys
+import tempfile
+import time
 from dataclasses import dataclass
 
 import numpy as np
@@ -292,10 +294,15 @@ def ppo_seed(finished: FinishedRuns, args, env_id: str, seed: int, eval_episodes
 
 def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides: dict, **settings) -> tuple:
     """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides``, for ``seconds`` of
-    wall-clock (no step budget, no checkpoints, no progress output), in a throwaway run directory; ``settings`` are
-    further run settings, such as ``eval_every_steps`` and ``eval_episodes``. Returns ``(summary, config, agent)``."""
-    import tempfile
+    wall-clock (no step budget); otherwise as ``train``. Returns ``(summary, config, agent)``."""
+    return train(algo_name, env_id, seed, overrides, total_steps=10**12, time_budget_s=seconds, **settings)
 
+
+def train(algo_name: str, env_id: str, seed: int, overrides: dict, prepare=None, **settings) -> tuple:
+    """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides`` (no checkpoints, no
+    progress output), in a throwaway run directory; ``settings`` are further run settings, such as ``total_steps``,
+    ``eval_every_steps`` and ``eval_episodes``. ``prepare(agent)``, if given, sees the agent before it trains.
+    Returns ``(summary, config, agent)``."""
     import rl_suite
     from rl_suite.registry import load_algorithm
     from rl_suite.rng import seed_everything
@@ -303,15 +310,85 @@ def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides:
     from rl_suite.settings import layered, new_run_settings
 
     algo = load_algorithm(algo_name)
-    fixed = dict(total_steps=10**12, time_budget_s=seconds, checkpoint_every_steps=10**12, progress=False, seed=seed)
+    fixed = dict(checkpoint_every_steps=10**12, progress=False, seed=seed)
     run_values, agent_values = new_run_settings(algo, env_id, layered(overrides, fixed, settings))
     config = RunConfig(**run_values)
     seed_everything(seed)
     env = rl_suite.make(env_id, num_envs=config.num_envs, seed=seed, **config.env_kwargs)
     agent = algo.for_env(env, algo.Config(**agent_values))
+    if prepare is not None:
+        prepare(agent)
     with tempfile.TemporaryDirectory() as run_dir:
         summary = Runner(agent, env, config, run_dir=run_dir).run()
     return summary, config, agent
+
+
+# -- many runs, each on its own core ---------------------------------------------------------------------------------
+
+
+def run_pinned(finished: FinishedRuns, jobs: list[dict], script: str, at_a_time: int, describe) -> list[dict]:
+    """Every job of ``jobs`` that ``finished`` does not keep, ``at_a_time`` at once, each as
+    ``python script --worker JOB OUT`` in its own process pinned to its own core with one thread (see
+    ``run_worker``); each result is kept as it arrives and ``describe(result)`` printed. Returns the results in job
+    order. After a failure the running jobs finish and are kept, no new one starts, and the suite stops with the
+    failures named."""
+    results = {index: finished.get(job) for index, job in enumerate(jobs)}
+    waiting = [index for index, result in results.items() if result is None]
+    print(f"{len(jobs) - len(waiting)} of {len(jobs)} runs kept from earlier invocations", flush=True)
+    cores = sorted(os.sched_getaffinity(0))[:at_a_time]
+    running: dict[int, tuple[subprocess.Popen, int, pathlib.Path]] = {}  # core -> (process, job index, out)
+    failed: list[str] = []
+    with tempfile.TemporaryDirectory() as scratch:
+        while running or (waiting and not failed):
+            for core in cores:
+                if core not in running and waiting and not failed:
+                    index = waiting.pop(0)
+                    out = pathlib.Path(scratch) / f"run{index}.json"
+                    running[core] = (_launch(script, jobs[index], core, out), index, out)
+            time.sleep(1.0)
+            for core, (process, index, out) in list(running.items()):
+                if process.poll() is None:
+                    continue
+                del running[core]
+                if process.returncode != 0:
+                    failed.append(f"{json.dumps(jobs[index], sort_keys=True)[:200]} (exit {process.returncode})")
+                    continue
+                results[index] = finished.put(jobs[index], json.loads(out.read_text()))
+                print(describe(results[index]), flush=True)
+    if failed:
+        raise SystemExit(f"failed: {'; '.join(failed)} (the finished runs are kept; run again to resume)")
+    return [results[index] for index in range(len(jobs))]
+
+
+def _launch(script: str, job: dict, core: int, out: pathlib.Path) -> subprocess.Popen:
+    command = [sys.executable, script, "--worker", json.dumps(job), str(out)]
+    pin = (lambda: os.sched_setaffinity(0, {core})) if core in os.sched_getaffinity(0) else None
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    return subprocess.Popen(command, preexec_fn=pin, env=env)
+
+
+def run_worker(worker: list[str], run) -> None:
+    """The worker side of ``run_pinned``: ``worker`` is ``[JOB, OUT]`` from the command line; ``run(job)`` returns
+    the result, written to OUT with the job's fields (but its settings) and its wall-clock (``seconds``) added."""
+    torch.set_num_threads(1)
+    job = json.loads(worker[0])
+    started = time.perf_counter()
+    result = run(job)
+    seconds = time.perf_counter() - started
+    fields = {key: value for key, value in job.items() if key != "settings"}  # the result's own values win
+    pathlib.Path(worker[1]).write_text(json.dumps({**fields, **result, "seconds": seconds}))
+
+
+def add_pool_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--jobs`` (runs at a time, default 2) and the hidden ``--worker JOB OUT`` of ``run_pinned``'s processes."""
+    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, each on its own core (default 2)")
+    parser.add_argument("--worker", nargs=2, metavar=("JOB", "OUT"), help=argparse.SUPPRESS)
+
+
+def check_pool_arguments(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    cores = len(os.sched_getaffinity(0))
+    if not 1 <= args.jobs <= cores:
+        parser.error(f"--jobs must be between 1 and the {cores} cores this process may use, got {args.jobs}")
 
 
 # -- statistics over seeds -------------------------------------------------------------------------------------------

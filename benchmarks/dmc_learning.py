@@ -30,13 +30,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import json
-import os
 import pathlib
-import subprocess
-import sys
-import tempfile
-import time
 
 import common
 import numpy as np
@@ -75,31 +69,20 @@ def env_id(task: str) -> str:
 # -- one run, in its own process ---------------------------------------------------------------------------
 
 
-def run_ours(algo_name: str, task: str, seed: int, dmc_steps: int, run_dir: pathlib.Path) -> dict:
+def run_ours(job: dict) -> dict:
     """One run with the shipped settings to ``dmc_steps`` dm_control steps; its curve counts dm_control steps."""
-    import rl_suite
-    from rl_suite.registry import load_algorithm
-    from rl_suite.rng import seed_everything
-    from rl_suite.runner import RunConfig, Runner
-    from rl_suite.settings import new_run_settings, tuned_settings
-
-    algo = load_algorithm(algo_name)
-    repeat = action_repeat(tuned_settings(algo, env_id(task)))
-    fixed = dict(
+    repeat = action_repeat(job["settings"])
+    dmc_steps = job["dmc_steps"]
+    summary, _, _ = common.train(
+        job["algo"],
+        env_id(job["task"]),
+        job["seed"],
+        {},
         total_steps=dmc_steps // repeat,
         eval_every_steps=min(EVAL_EVERY_DMC_STEPS, dmc_steps) // repeat,  # a short smoke run evaluates at its end
         eval_episodes=EVAL_EPISODES,
-        checkpoint_every_steps=10**12,
-        progress=False,
-        seed=seed,
         env_kwargs={"nthread": 1},  # one core per run
     )
-    run_values, agent_values = new_run_settings(algo, env_id(task), fixed)
-    config = RunConfig(**run_values)
-    seed_everything(seed)
-    env = rl_suite.make(env_id(task), num_envs=config.num_envs, seed=seed, **config.env_kwargs)
-    agent = algo.for_env(env, algo.Config(**agent_values))
-    summary = Runner(agent, env, config, run_dir=run_dir).run()
     curve = [
         {"dmc_steps": row["env_steps"] * repeat, "wall_time_s": row["wall_time_s"], "mean_return": row["mean_return"]}
         for row in summary["evaluations"]
@@ -116,29 +99,11 @@ def action_repeat(settings: dict) -> int:
     return int((settings.get("env_kwargs") or {}).get("action_repeat", 1))
 
 
-def worker(args) -> None:
-    torch.set_num_threads(1)
-    started = time.perf_counter()
-    with tempfile.TemporaryDirectory() as run_dir:
-        result = run_ours(args.algo, args.task, args.seed, args.dmc_steps, pathlib.Path(run_dir))
-    result.update(algo=args.algo, task=args.task, seed=args.seed, seconds=time.perf_counter() - started)
-    pathlib.Path(args.out).write_text(json.dumps(result))
-
-
-def launch(job: dict, core: int, out: pathlib.Path) -> subprocess.Popen:
-    command = [sys.executable, __file__, "--worker", "--algo", job["algo"], "--task", job["task"]]
-    command += ["--seed", str(job["seed"]), "--dmc-steps", str(job["dmc_steps"]), "--out", str(out)]
-    pin = (lambda: os.sched_setaffinity(0, {core})) if core in os.sched_getaffinity(0) else None
-    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    return subprocess.Popen(command, preexec_fn=pin, env=env)
-
-
 # -- the suite -----------------------------------------------------------------------------------------------
 
 
 def run_all(args) -> list[dict]:
     """Every (task, algorithm, seed), ``--jobs`` at a time, each on its own core; kept runs are not run again."""
-    finished = common.FinishedRuns(args, "dmc_learning")
     jobs = [
         dict(
             task=task,
@@ -151,37 +116,14 @@ def run_all(args) -> list[dict]:
         for algo in args.algos
         for seed in args.seeds
     ]
-    results = {index: finished.get(job) for index, job in enumerate(jobs)}
-    waiting = [index for index, result in results.items() if result is None]
-    print(f"{len(jobs) - len(waiting)} of {len(jobs)} runs kept from earlier invocations", flush=True)
-    cores = sorted(os.sched_getaffinity(0))[: args.jobs]
-    running: dict[int, tuple[subprocess.Popen, int, pathlib.Path]] = {}  # core -> (process, job index, out)
-    failed: list[str] = []
-    with tempfile.TemporaryDirectory() as scratch:
-        while running or (waiting and not failed):  # after a failure, the running ones finish and are kept
-            for core in cores:
-                if core not in running and waiting and not failed:
-                    index = waiting.pop(0)
-                    out = pathlib.Path(scratch) / f"run{index}.json"
-                    running[core] = (launch(jobs[index], core, out), index, out)
-            time.sleep(1.0)
-            for core, (process, index, out) in list(running.items()):
-                if process.poll() is None:
-                    continue
-                del running[core]
-                job = jobs[index]
-                if process.returncode != 0:
-                    failed.append(f"{job['algo']} on {job['task']} seed {job['seed']} (exit {process.returncode})")
-                    continue
-                results[index] = run = finished.put(job, json.loads(out.read_text()))
-                print(
-                    f"{run['task']} {run['algo']} seed {run['seed']}: {run['final_return']:.0f} after "
-                    f"{run['dmc_steps']:,} dm_control steps, {run['seconds'] / 60:.0f} min",
-                    flush=True,
-                )
-    if failed:
-        raise SystemExit(f"failed: {'; '.join(failed)} (the finished runs are kept; run again to resume)")
-    return [results[index] for index in range(len(jobs))]
+
+    def describe(run: dict) -> str:
+        return (
+            f"{run['task']} {run['algo']} seed {run['seed']}: {run['final_return']:.0f} after "
+            f"{run['dmc_steps']:,} dm_control steps, {run['seconds'] / 60:.0f} min"
+        )
+
+    return common.run_pinned(common.FinishedRuns(args, "dmc_learning"), jobs, __file__, args.jobs, describe)
 
 
 def random_returns(tasks, seed: int) -> dict[str, float]:
@@ -336,23 +278,17 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK")
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--dmc-steps", type=int, default=DMC_STEPS, help="dm_control steps per run (default 500k)")
-    parser.add_argument("--jobs", type=int, default=2, help="runs at a time, each on its own core (default 2)")
+    common.add_pool_arguments(parser)
     common.add_seed_arguments(parser)
     common.add_resume_arguments(parser)
-    parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--algo", help=argparse.SUPPRESS)
-    parser.add_argument("--task", help=argparse.SUPPRESS)
-    parser.add_argument("--seed", type=int, help=argparse.SUPPRESS)
-    parser.add_argument("--out", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.worker:
-        worker(args)
+        common.run_worker(args.worker, run_ours)
         return
     common.check_seed_arguments(parser, args)
+    common.check_pool_arguments(parser, args)
     if args.dmc_steps < 1000:
         parser.error(f"--dmc-steps must be at least 1,000 (one episode), got {args.dmc_steps:,}")
-    if not 1 <= args.jobs <= len(os.sched_getaffinity(0)):
-        parser.error(f"--jobs must be between 1 and the {len(os.sched_getaffinity(0))} cores this process may use")
     scale = args.dmc_steps / DMC_STEPS
     minutes = sum(MINUTES_PER_RUN[algo] * scale for algo in args.algos) * len(args.tasks) * len(args.seeds)
     print(
