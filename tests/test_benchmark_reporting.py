@@ -23,6 +23,7 @@ sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared module as
 import common  # noqa: E402
 import mujoco_suite  # noqa: E402
 import offpolicy  # noqa: E402
+import onpolicy_variants  # noqa: E402
 import pql_vs  # noqa: E402
 import sim2sim  # noqa: E402
 
@@ -126,6 +127,37 @@ def test_a_stopped_suite_resumes_with_the_runs_it_finished_and_reruns_only_the_r
     args.minutes, args.fresh = 15, True
     mujoco_suite.run_all(args)
     assert len(launched) == 14
+
+
+TOY_WORKER = """
+import sys
+sys.path.insert(0, {benchmarks!r})
+import common
+
+def run(job):
+    if job["seed"] == 13:
+        raise SystemExit(3)
+    return {{"square": job["seed"] ** 2, "marker": {marker!r}}}
+
+common.run_worker(sys.argv[2:4], run)
+"""
+
+
+def test_pinned_pool_runs_each_missing_job_in_its_own_process_and_keeps_the_results(tmp_path, capsys):
+    args = argparse.Namespace(runs_dir=tmp_path / "runs", fresh=False)
+    script = tmp_path / "toy.py"
+    script.write_text(TOY_WORKER.format(benchmarks=str(BENCHMARKS), marker="first"))
+    jobs = [dict(seed=seed, settings={"lr": 1}) for seed in (1, 2, 13, 3)]
+    with pytest.raises(SystemExit, match='"seed": 13.*exit 3'):
+        common.run_pinned(common.FinishedRuns(args, "toy"), jobs, str(script), 1, lambda r: f"seed {r['seed']} done")
+    kept = sorted(path.name.split("-")[0] for path in (tmp_path / "runs" / "toy").glob("*.json"))
+    assert kept == ["1", "2"]  # the runs before the failure are kept, and it started no new one
+    assert "seed 1 done" in capsys.readouterr().out
+    script.write_text(TOY_WORKER.format(benchmarks=str(BENCHMARKS), marker="second"))
+    results = common.run_pinned(common.FinishedRuns(args, "toy"), jobs[:2] + jobs[3:], str(script), 2, str)
+    assert [r["square"] for r in results] == [1, 4, 9]
+    assert results[0]["marker"] == "first" and results[2]["marker"] == "second"  # kept runs did not run again
+    assert all(r["seconds"] > 0 and "settings" not in r and r["commit"] for r in results)
 
 
 def test_wall_clock_estimate():
@@ -297,3 +329,38 @@ def test_multiagent_table_gives_mean_std_best_seed_and_random_play(tmp_path):
     assert random_play is not None and -35 < float(random_play.group(1)) < -20  # about -26: trained play reaches -15
     assert "| Spread-v0 | MAPPO | 2 | 2,000 | return -20.00 | -18.00 | - | - |" in table
     assert (tmp_path / "multiagent_training.csv").read_text().count("Spread-v0,MAPPO,") == 6
+
+
+def test_onpolicy_variants_judge_against_ppo_by_the_larger_spread_of_seeds():
+    ppo = common.over_seeds({0: 5.0, 1: 6.0, 2: 7.0})  # 6 ± 1
+    assert onpolicy_variants.against_ppo(common.over_seeds({0: 10.0, 1: 12.0, 2: 14.0}), ppo) == "better"  # 12 ± 2
+    assert onpolicy_variants.against_ppo(common.over_seeds({0: 2.0, 1: 3.0, 2: 4.0}), ppo) == "worse"  # 3 ± 1
+    wide = common.over_seeds({0: 4.0, 1: 7.0, 2: 10.0})  # 7 ± 3
+    assert onpolicy_variants.against_ppo(wide, ppo) == "within the seeds' spread"
+    falls = common.over_seeds({0: 0.1, 1: 0.1, 2: 0.1})
+    assert onpolicy_variants.against_ppo(falls, ppo, higher_is_better=False) == "better"  # a smaller fall is better
+    two = common.over_seeds({0: 10.0, 1: 12.0})
+    assert onpolicy_variants.against_ppo(two, ppo) == "no verdict (2 seeds)"
+
+
+def test_onpolicy_variants_read_curves_at_a_wall_clock_and_find_the_largest_fall():
+    curve = [{"wall_time_s": t, "mean_return": r} for t, r in ((10, 0.0), (20, 50.0), (30, 20.0), (40, 40.0), (50, 10))]
+    run = {"task": "T", "algo": "ppo", "curve": curve}
+    assert onpolicy_variants.return_at(run, 25) == 50.0
+    assert onpolicy_variants.return_at(run, 5) == 0.0  # nothing within: the first evaluation
+    assert onpolicy_variants.largest_fall(run, 100.0) == pytest.approx(0.3)  # 40 -> 10
+    rising = {"curve": [{"wall_time_s": 1, "mean_return": r} for r in (1.0, 2.0, 3.0)]}
+    assert onpolicy_variants.largest_fall(rising, 10.0) == 0.0
+    slow = {"task": "T", "algo": "props", "curve": [{"wall_time_s": 90, "mean_return": 0.0}]}
+    assert onpolicy_variants.equal_time([run, slow], "T", ["ppo", "props"]) == 50
+
+
+@pytest.mark.parametrize("algo", ["fixpo", "props"])
+def test_onpolicy_variants_measure_each_policy_update_kl(algo):
+    # CartPole's shipped rollout is 8 envs x 32 steps; PROPS collects 8 steps at a time and updates its target every 4
+    result = onpolicy_variants.run(dict(task="CartPole-v1", algo=algo, seed=0, steps=512))
+    assert result["env_steps"] == 512 and result["updates"] == 2  # the target's updates only, for PROPS
+    assert 0 < result["update_kl_max"] <= (result["kl_bound"] if algo == "fixpo" else math.inf)
+    assert result["updates_over_bound"] == 0 and result["curve"][-1]["env_steps"] == 512
+    if algo == "fixpo":
+        assert 0 <= result["fixup_share"] < 1 and result["fixup_capped"] == 0
