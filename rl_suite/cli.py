@@ -269,7 +269,14 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
-    train.add_argument("--set", nargs="*", default=[], metavar="KEY=VALUE", help="any setting, e.g. lr=3e-4")
+    train.add_argument(
+        "--set",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="any setting, e.g. lr=3e-4 (repeatable)",
+    )
     train.set_defaults(run=_cmd_train)
 
     evaluate = commands.add_parser("eval", help="evaluate a run's newest checkpoint")

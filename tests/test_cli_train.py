@@ -19,6 +19,7 @@ QUICK = [
     "progress=false",
     "eval_episodes=4",
     "eval_every_steps=256",
+    "--set",  # a second --set adds to the first
     "n_steps=16",
     "epochs=2",
     "hidden=[16, 16]",
