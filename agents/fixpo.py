@@ -17,12 +17,16 @@ Each iteration, for a rollout of T steps from N environments:
        After the update, every state of the rollout satisfies KL(pi_old || pi) <= eps_KL;
     5. merge the rollout's observations into the running observation normaliser.
 
-The KL is analytic (Gaussian or categorical), per state. The paper's text could not be read; the loss, beta's rule,
-the fixup's stopping test and the defaults follow the authors' released code (github.com/uscresl/stabilized-rl,
-``src/fixpo_tianshou.py``; MuJoCo settings in ``exps_tianshou.py``: eps_KL 0.5, C_beta 3, beta from 1 by Adam at 0.01).
-Their loop has no cap; here ``max_fixup_steps`` bounds each update's fixup, warns when reached and counts it
-(``fixup_capped``), so that a run never hangs. The share of gradient steps spent in the fixup (the paper: under 5%)
-is logged per update (``fixup_fraction``) and over the run (``run_fixup_fraction``).
+The KL is analytic (Gaussian or categorical), per state. FixPO asks of the policy class only an exact KL, which a flow
+policy does not have; ``policy: flow`` trains PolicyFlow's policy instead (``NoisyFlowPolicy``: a = phi(z; s) + n,
+Gaussian n), whose KL given the flow's noise z is analytic and, averaged over z, bounds the KL of its actions from
+above. The bound is then enforced at every (s, z) of the rollout: a sampled version of the guarantee, since the action
+KL at s is bounded by the mean over all z, of which the rollout holds one. The paper's text could not be read; the loss,
+beta's rule, the fixup's stopping test and the defaults follow the authors' released code
+(github.com/uscresl/stabilized-rl, ``src/fixpo_tianshou.py``; MuJoCo settings in ``exps_tianshou.py``: eps_KL 0.5,
+C_beta 3, beta from 1 by Adam at 0.01). Their loop has no cap; here ``max_fixup_steps`` bounds each update's fixup,
+warns when reached and counts it (``fixup_capped``), so that a run never hangs. The share of gradient steps spent in the
+fixup (the paper: under 5%) is logged per update (``fixup_fraction``) and over the run (``run_fixup_fraction``).
 """
 
 from __future__ import annotations
@@ -31,10 +35,13 @@ import copy
 import dataclasses
 import warnings
 
+import gymnasium as gym
 import torch
 from torch import nn
 
 from rl_suite.buffers import RolloutBuffer
+from rl_suite.deploy.inference import FlowInference
+from rl_suite.networks import NoisyFlowPolicy
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, minibatches, normalized, train_epochs, value_loss
 from rl_suite.optim import gradient_step
 
@@ -68,6 +75,12 @@ class FixPOConfig(OnPolicyConfig):
     """Weight of the entropy bonus."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy (continuous actions)."""
+    policy: str = "gaussian"
+    """``gaussian``: PPO's actor (a Gaussian; a categorical on discrete actions). ``flow``: a flow policy with
+    Gaussian exploration around its end point (``NoisyFlowPolicy``, PolicyFlow's), whose KL is taken given the
+    flow's noise, an upper bound of its actions' KL."""
+    flow_steps: int = 10
+    """Euler steps of the flow policy's sampler (``policy: flow``)."""
 
 
 class KLPenalty(nn.Module):
@@ -91,7 +104,17 @@ class FixPO(OnPolicyAgent):
                 f"init_beta >= 0 and max_fixup_steps >= 1; got {c.kl_bound}, {c.kl_target_coef}, {c.init_beta} and "
                 f"{c.max_fixup_steps}"
             )
-        self.build_policy(c.init_log_std)  # actor, critic, scaler; make_buffer, act, export (OnPolicyAgent)
+        if c.policy not in ("gaussian", "flow"):
+            raise ValueError(f"fixpo: unknown policy {c.policy!r}; choose 'gaussian' or 'flow'")
+        self.flow = c.policy == "flow"
+        actor = None
+        if self.flow:
+            if not isinstance(action_space, gym.spaces.Box):
+                raise ValueError(f"fixpo: policy 'flow' needs continuous actions (a Box), got {action_space}")
+            obs_dim, act_dim = observation_space.shape[0], action_space.shape[0]
+            actor = NoisyFlowPolicy(obs_dim, act_dim, c.hidden, c.activation, c.init_log_std, c.flow_steps)
+            self.policy_conditions = ("flow_noise",)  # z, drawn when acting and kept in the rollout
+        self.build_policy(c.init_log_std, actor)  # actor, critic, scaler; make_buffer, act, export (OnPolicyAgent)
         self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
         self.penalty = KLPenalty(c.init_beta).to(self.device)
         self.modules["penalty"] = self.penalty
@@ -99,6 +122,29 @@ class FixPO(OnPolicyAgent):
         self.optimizers["beta_optimizer"] = self.beta_optimizer
         self.behaviour = copy.deepcopy(self.actor).requires_grad_(False)  # pi_old, the policy that collected
         self.primary_steps = self.fixup_steps = self.fixup_capped = 0  # over the run, for run_fixup_fraction
+
+    def rollout_spec(self) -> dict:
+        spec = super().rollout_spec()
+        if self.flow:
+            spec["flow_noise"] = (tuple(self.action_space.shape), torch.float32)
+        return spec
+
+    @torch.no_grad()
+    def act(self, obs: torch.Tensor, deterministic: bool = False):
+        if not self.flow:
+            return super().act(obs, deterministic)
+        obs = self.normalizer(obs)
+        shape = (obs.shape[0], self.action_space.shape[0])
+        if deterministic:  # the flow from zero noise, without the exploration noise, as PolicyFlow evaluates
+            return self.scaler(self.actor.flow.sample(obs, torch.zeros(shape, device=self.device))), {}
+        z = torch.randn(shape, device=self.device)
+        action = self.actor(obs, z).sample()
+        return self.scaler(action), {"policy_action": action, "flow_noise": z}
+
+    def inference_policy(self):
+        if not self.flow:
+            return super().inference_policy()
+        return FlowInference(self.observation_space, self.action_space, self.normalizer, self.actor.flow, self.scaler)
 
     def update(self, buffer: RolloutBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c = self.config
@@ -118,7 +164,7 @@ class FixPO(OnPolicyAgent):
         self.primary_steps += primary
         self.fixup_steps += fixup
         with torch.no_grad():
-            totals["kl_max"] = self._kl(samples["obs"]).max()  # <= kl_bound unless the fixup was capped
+            totals["kl_max"] = self._kl(samples).max()  # <= kl_bound unless the fixup was capped
         self.finish_update(buffer)  # 5.
         totals["beta"] = self.penalty.beta.detach().clone()
         totals["fixup_steps"] = torch.tensor(float(fixup))
@@ -128,12 +174,12 @@ class FixPO(OnPolicyAgent):
         totals["lr"] = torch.tensor(self.lr)
         return totals
 
-    def _kl(self, obs: torch.Tensor, pi=None) -> torch.Tensor:
-        """KL(pi_old(.|s) || pi(.|s)) per state of ``obs``, differentiable in the current policy (``pi``, its
-        distributions at ``obs``, if already computed)."""
+    def _kl(self, samples: dict[str, torch.Tensor], pi=None) -> torch.Tensor:
+        """KL(pi_old(.|s) || pi(.|s)) per sample (a flow policy's given its noise z), differentiable in the current
+        policy (``pi``, its distributions at the samples, if already computed)."""
         with torch.no_grad():
-            old = self.behaviour(obs)
-        return old.kl(self.actor(obs) if pi is None else pi)
+            old = self.policy(samples, self.behaviour)
+        return old.kl(self.policy(samples) if pi is None else pi)
 
     def _step_beta(self, kl_max: torch.Tensor) -> None:
         """One Adam step on beta (eps_KL - C_beta sg(max KL)), whose gradient in beta is its bracket; then beta >= 0."""
@@ -154,10 +200,11 @@ class FixPO(OnPolicyAgent):
         """Gradient steps on sg(beta) E[KL] over the slices with a state past the bound, until a whole pass has none
         (a host sync per slice: the test decides whether to step). Returns the steps taken."""
         c, steps = self.config, 0
+        inputs = {name: samples[name] for name in ("obs", *self.policy_conditions)}
         while True:
             satisfied = True
-            for mb in minibatches({"obs": samples["obs"]}, c.fixup_minibatches, self.device):
-                kl = self._kl(mb["obs"])
+            for mb in minibatches(inputs, c.fixup_minibatches, self.device):
+                kl = self._kl(mb)
                 if kl.max().item() <= c.kl_bound:
                     continue
                 satisfied = False
@@ -178,12 +225,12 @@ class FixPO(OnPolicyAgent):
 
     def loss(self, mb: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         c = self.config
-        pi = self.actor(mb["obs"])
+        pi = self.policy(mb)
         log_ratio = pi.log_prob(mb["actions"]) - mb["log_prob"]
         ratio = log_ratio.exp()
         advantages = normalized(mb["advantages"]) if c.normalize_advantages else mb["advantages"]
         policy_loss = -(ratio * advantages).mean()
-        kl = self._kl(mb["obs"], pi)
+        kl = self._kl(mb, pi)
         kl_penalty = self.penalty.beta.detach() * kl.mean()
         v_loss = value_loss(self.value(mb), mb["returns"], mb["value"], c.clip_value)
         entropy = pi.entropy().mean()

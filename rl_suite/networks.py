@@ -396,3 +396,23 @@ class FlowPolicy(nn.Module):
             implied_eps = x_t + (1.0 - t) * v  # x_0 = x_t - t v, then x_1 = x_0 + v
             return (eps - implied_eps).square().mean(-1)
         raise ValueError(f"unknown flow-matching loss mode {mode!r}; choose 'u' or 'eps'")
+
+
+class NoisyFlowPolicy(nn.Module):
+    """A flow policy with Gaussian exploration around its end point, a = phi(z; s) + n with z ~ N(0, I) carried by
+    ``FlowPolicy``'s sampler and n ~ N(0, diag sigma^2), sigma learned and state-independent: PolicyFlow's policy.
+
+    Given z the action is Gaussian, so ``forward(obs, z)`` returns that ``DiagGaussian``, whose log-probabilities
+    and KLs are exact. Two such policies draw z alike, so the KL of their joint distributions of (z, a) at a state is
+    the mean over z of these conditional KLs, and by the chain rule of KL it bounds the KL of their action
+    distributions from above: a bound on the conditional KL holds for the actions too."""
+
+    def __init__(self, obs_dim: int, act_dim: int, hidden: tuple[int, ...], activation: str, init_log_std: float,
+                 steps: int = 10, time_embed_dim: int = 8, output_scale: float = 0.25):  # fmt: skip
+        super().__init__()
+        self.flow = FlowPolicy(obs_dim, act_dim, hidden, activation, steps, time_embed_dim, output_scale)
+        self.log_std = nn.Parameter(torch.full((act_dim,), float(init_log_std)))
+
+    def forward(self, obs: torch.Tensor, noise: torch.Tensor) -> DiagGaussian:
+        """The action's distribution at ``obs`` given the flow's ``noise`` (z), differentiable through the flow."""
+        return DiagGaussian(self.flow.sample(obs, noise), self.log_std.clamp(-5.0, 2.0))

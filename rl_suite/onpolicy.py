@@ -248,14 +248,20 @@ class OnPolicyAgent(Agent):
         self.optimizer = optimizer(self.parameters, **settings)
         self.optimizers = {"optimizer": self.optimizer}
 
-    def build_policy(self, init_log_std: float) -> None:
+    policy_conditions: tuple[str, ...] = ()
+    """Rollout fields besides the observation that the actor's distribution is conditioned on (``policy``)."""
+
+    def build_policy(self, init_log_std: float, actor: nn.Module | None = None) -> None:
         """The networks of PPO, BPO, FixPO and PROPS (not yet registered): ``policy_head``'s actor, a Gaussian with a
         learned, state-independent log standard deviation starting at ``init_log_std`` (``Box``) or a categorical
-        (``Discrete``); an MLP critic; and the scaler from the Gaussian's unbounded actions to the space's bounds."""
+        (``Discrete``), unless ``actor`` is given in its place; an MLP critic; and the scaler from the Gaussian's
+        unbounded actions to the space's bounds."""
         c = self.config
         self.continuous = isinstance(self.action_space, gym.spaces.Box)
         obs_dim = self.observation_space.shape[0]
-        self.actor = policy_head(self.action_space, obs_dim, c.hidden, c.activation, init_log_std)
+        if actor is None:
+            actor = policy_head(self.action_space, obs_dim, c.hidden, c.activation, init_log_std)
+        self.actor = actor
         self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
         self.scaler = ActionScaler(self.action_space) if self.continuous else nn.Identity()
 
@@ -296,17 +302,24 @@ class OnPolicyAgent(Agent):
         if it has its own."""
         actions = d["policy_action"] if self.continuous else d["actions"]
         obs, values, advantages, returns, critic_samples = self.rollout_targets(d, rewards)
+        samples = {"obs": obs.flatten(0, 1), **{name: d[name].flatten(0, 1) for name in self.policy_conditions}}
         with torch.no_grad():
-            log_prob = self.actor(obs).log_prob(actions)
+            log_prob = self.policy(samples).log_prob(actions.flatten(0, 1))
         return {
-            "obs": obs.flatten(0, 1),
+            **samples,
             "actions": actions.flatten(0, 1),
-            "log_prob": log_prob.flatten(),
+            "log_prob": log_prob,
             "value": values.flatten(),
             "advantages": advantages.flatten(),
             "returns": returns.flatten(),
             **critic_samples,
         }
+
+    def policy(self, samples: dict[str, torch.Tensor], actor: nn.Module | None = None):
+        """The action distribution of ``actor`` (by default the current one) at the samples' normalised
+        observations, given their ``policy_conditions``."""
+        actor = self.actor if actor is None else actor
+        return actor(samples["obs"], *(samples[name] for name in self.policy_conditions))
 
     @classmethod
     def for_env(cls, env, config=None, device="cpu", **overrides):

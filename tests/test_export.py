@@ -60,6 +60,7 @@ CASES = {
     "pql": lambda: make("pql"),
     "fpo": lambda: make("fpo", flow_steps=6),
     "policyflow": lambda: make("policyflow"),
+    "fixpo-flow": lambda: make("fixpo", policy="flow", activation="silu", flow_steps=6),
     "mappo-discrete": lambda: make("mappo", gym.spaces.MultiDiscrete([5, 5, 4])),
     "mappo-box": lambda: make("mappo", gym.spaces.Box(-2.0, 2.0, (3, 2), np.float32)),
 }

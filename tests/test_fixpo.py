@@ -4,6 +4,7 @@ after every update (where the primary phase alone broke it), the fixup's cap, an
 from __future__ import annotations
 
 import copy
+import math
 
 import gymnasium as gym
 import pytest
@@ -11,7 +12,7 @@ import torch
 
 import rl_suite
 from rl_suite.agents.fixpo import FixPO
-from rl_suite.networks import Categorical, DiagGaussian
+from rl_suite.networks import Categorical, DiagGaussian, NoisyFlowPolicy
 
 
 def test_kls_match_torch_distributions():
@@ -92,3 +93,56 @@ def test_bad_settings_are_refused():
         FixPO(box, box, kl_bound=0.0)
     with pytest.raises(ValueError, match=r"got 0.5, 0.5, 1.0 and 10000"):
         FixPO(box, box, kl_target_coef=0.5)
+
+
+# -- on a flow policy (policy: flow) ------------------------------------------------------------------------------
+
+
+def test_a_flow_policy_keeps_the_bound_at_every_state_and_noise_after_each_update():
+    agent, env = rollout_agent(lr=0.02, kl_bound=0.01, policy="flow", activation="silu", hidden=(32, 32))
+    assert isinstance(agent.actor, NoisyFlowPolicy)
+    buffer = agent.make_buffer(env.num_envs)
+    for _ in range(2):
+        collect(agent, env, buffer)
+        inputs = {
+            "obs": agent.normalizer(buffer.data["obs"]).flatten(0, 1),
+            "flow_noise": buffer.data["flow_noise"].flatten(0, 1),  # z, as each action drew it
+        }
+        before = copy.deepcopy(agent.actor)
+        metrics = agent.update(buffer)
+        with torch.no_grad():
+            kl = agent.policy(inputs, before).kl(agent.policy(inputs))
+        assert metrics["fixup_steps"] > 0  # the primary phase overshot the bound somewhere
+        assert kl.max() <= 0.01 and metrics["kl_max"] == pytest.approx(kl.max().item(), rel=1e-4)
+    obs = env.reset(seed=1)
+    deterministic, _ = agent.act(obs, deterministic=True)
+    assert torch.allclose(agent.inference_policy()(obs), deterministic, atol=1e-6)  # the export acts alike
+    env.close()
+
+
+def test_the_kl_given_the_flow_noise_bounds_the_kl_of_the_actions():
+    # Two flow policies at one state, 1-D actions: the action densities are mixtures over z, estimated with many z.
+    torch.manual_seed(0)
+    p, q = (NoisyFlowPolicy(3, 1, (16,), "silu", init_log_std, output_scale=1.0) for init_log_std in (-0.5, -0.2))
+    obs = torch.randn(1, 3)
+    with torch.no_grad():
+        z = torch.randn(20_000, 1)
+        conditional = p(obs.expand(20_000, 3), z).kl(q(obs.expand(20_000, 3), z)).mean()
+        actions = p(obs.expand(4_000, 3), z[:4_000]).sample()  # a ~ pi_p
+        mixture_z = torch.randn(4_000, 1)
+        log_density = {}
+        for name, policy in (("p", p), ("q", q)):
+            components = policy(obs.expand(4_000, 3), mixture_z)  # N(phi(z_j), sigma^2), j = 1..4000
+            mixture = DiagGaussian(components.mean.unsqueeze(0), components.log_std.unsqueeze(0))
+            log_prob = mixture.log_prob(actions.unsqueeze(1))  # [action i, component j]
+            log_density[name] = torch.logsumexp(log_prob, dim=1) - math.log(4_000)
+        marginal = (log_density["p"] - log_density["q"]).mean()
+    assert 0 < marginal < conditional
+
+
+def test_a_flow_policy_needs_continuous_actions_and_a_known_policy_name():
+    box = gym.spaces.Box(-1.0, 1.0, (3,))
+    with pytest.raises(ValueError, match=r"fixpo: policy 'flow' needs continuous actions \(a Box\), got Discrete"):
+        FixPO(box, gym.spaces.Discrete(4), policy="flow")
+    with pytest.raises(ValueError, match=r"fixpo: unknown policy 'diffusion'; choose 'gaussian' or 'flow'"):
+        FixPO(box, box, policy="diffusion")

@@ -129,6 +129,7 @@ def test_stops_at_the_time_budget(tmp_path):
         (PPO, "CartPole-v1", TINY_PPO),
         (BPO, "Pendulum-v1", TINY_PPO),
         (FixPO, "Pendulum-v1", {**TINY_PPO, "lr": 0.02, "kl_bound": 0.01}),  # its fixup phase at work
+        (FixPO, "Pendulum-v1", {**TINY_PPO, "lr": 0.02, "kl_bound": 0.01, "policy": "flow"}),  # and the flow's noise
         (PROPS, "Pendulum-v1", {**TINY_PPO, "props_steps": 4, "props_epochs": 2, "props_minibatches": 2}),
         (SAC, "Pendulum-v1", TINY_SAC),
         (FlashSAC, "Pendulum-v1", TINY_FLASH),
@@ -136,7 +137,7 @@ def test_stops_at_the_time_budget(tmp_path):
         (FPO, "Pendulum-v1", TINY_FLOW),
         (PolicyFlow, "Pendulum-v1", TINY_FLOW),
     ],
-    ids=["ppo", "bpo", "fixpo", "props", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
+    ids=["ppo", "bpo", "fixpo", "fixpo-flow", "props", "sac", "flashsac", "pql-in-turn", "fpo", "policyflow"],
 )
 def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_id, settings):
     straight_dir, resumed_dir = tmp_path / "straight", tmp_path / "resumed"
