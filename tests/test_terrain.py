@@ -218,6 +218,16 @@ def test_the_height_scan_reads_the_ground_mujoco_collides_with_turned_with_the_b
     assert env.robot_metadata()["observation"][-1] == {"name": "height_scan", "size": 187, "scale": [5.0] * 187}
 
 
+def test_the_critic_sees_the_scan_last_so_flat_ground_inputs_come_first():
+    perceptive, blind = rough(4, observe_height_scan=True, obs_noise_level=0.0), rough(4, obs_noise_level=0.0)
+    actions = 0.3 * torch.randn(4, 12, generator=torch.Generator().manual_seed(0))
+    (obs, *_, info), (blind_obs, *_, blind_info) = perceptive.step(actions), blind.step(actions)
+    critic, blind_critic = info["critic_obs"], blind_info["critic_obs"]
+    torch.testing.assert_close(critic, blind_critic)  # the same privileged view, whatever the policy sees
+    torch.testing.assert_close(critic[:, :45], blind_obs)  # the policy's terms (flat ground's) first
+    torch.testing.assert_close(critic[:, -187:], obs[:, -187:])  # the scan last
+
+
 def test_rough_terrain_resumes_exactly_and_resets_alike_by_mask_and_by_index():
     def run(env, steps, seed):
         g, out = torch.Generator().manual_seed(seed), []

@@ -26,11 +26,12 @@ same list, with sizes, is ``observation_terms`` and goes into exported metadata:
                                      the ground's, clipped to [-1, 1] m, on a 17 x 11 grid 0.1 m apart around the
                                      base, turned with its yaw (legged_gym's height measurements; terrain.py)
 
-Privileged critic observation (``info["critic_obs"]``, for an asymmetric critic): the policy's terms without noise,
-then base_lin_vel (3, body frame, x 2), base_height (1, above the ground under the base), foot_contact (F, 1 where a
-foot carries more than 1 N), the randomised parameters (friction, added base mass, centre-of-mass offset (3), motor
-strength (J), Kp and Kd factors, latency in physics steps), and on rough terrain the height scan (187, x 5) where the
-policy does not see it: the critic always does.
+Privileged critic observation (``info["critic_obs"]``, for an asymmetric critic): the policy's terms but the height
+scan, without noise, then base_lin_vel (3, body frame, x 2), base_height (1, above the ground under the base),
+foot_contact (F, 1 where a foot carries more than 1 N), the randomised parameters (friction, added base mass,
+centre-of-mass offset (3), motor strength (J), Kp and Kd factors, latency in physics steps), and on rough terrain the
+height scan (187, x 5), which the critic always sees, last: a flat-ground critic's inputs are the first columns of a
+rough-terrain one's, as a flat-ground policy's are of a perceptive one's (``RunConfig.init_from``).
 
 Reward: the weighted sum of the terms below, each weight a keyword (``<term>_weight``) and each term multiplied by
 the control period, as legged_gym multiplies its scales by dt, clipped at zero from below (``only_positive_rewards``,
@@ -464,9 +465,11 @@ class LeggedVelocityEnv(VecEnv):
             + [f"motor_strength_{j}" for j in robot.joints]
             + ["kp_factor", "kd_factor", "latency_steps"]
         )
-        # the critic always sees the ground around the base on rough terrain
-        self._critic_scan = self.terrain is not None and not s.observe_height_scan
-        critic_size = obs_size + 3 + 1 + feet + len(self.param_names) + HEIGHT_SCAN_SIZE * self._critic_scan
+        # the critic sees the policy's terms but the scan, its privileged terms, then on rough terrain the scan, last
+        # whether the policy sees it or not: a critic of flat ground extends to rough terrain by new inputs at the end
+        self._proprio_size = obs_size - HEIGHT_SCAN_SIZE * s.observe_height_scan
+        critic_scan = HEIGHT_SCAN_SIZE * (self.terrain is not None)
+        critic_size = self._proprio_size + 3 + 1 + feet + len(self.param_names) + critic_scan
         self.offer_critic_observation(gym.spaces.Box(-np.inf, np.inf, (critic_size,), np.float32))
 
         if backend is None:
@@ -834,12 +837,12 @@ class LeggedVelocityEnv(VecEnv):
             height = height - self.terrain.heights_at(state["position"][:, :2])
         critic = torch.cat(
             [
-                clean,
+                clean[:, : self._proprio_size],
                 state["lin_vel"] * _OBS_SCALES["base_lin_vel"],
                 height[:, None],
                 contact,
                 rows(self._params),
-                *([scan * _OBS_SCALES["height_scan"]] if self._critic_scan else []),
+                *([scan * _OBS_SCALES["height_scan"]] if scan is not None else []),
             ],
             dim=1,
         )
