@@ -96,3 +96,48 @@ def set_rng_state(state: dict[str, Any]) -> None:
     torch.set_rng_state(state["torch"])
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state_all(state["cuda"])
+
+
+def warm_start(agent, source: str | os.PathLike) -> tuple[pathlib.Path, list[str]]:
+    """Start ``agent`` from the weights and observation statistics of another run's checkpoint (a ``.pt`` file, or a
+    run directory's newest): fine-tuning, such as rough terrain from a flat-ground policy. Its optimisers, counters
+    and the run's step count start afresh.
+
+    A tensor that grew along one dimension takes the checkpoint's values in its leading part, which fits observation
+    terms added at the end (a first layer's inputs, a normaliser's statistics) and wider hidden layers. A matrix's new
+    columns (a linear layer's new inputs) are zeroed, so that the network starts computing what the checkpoint's
+    did; the rest of a grown tensor keeps the new agent's initialisation. Any other difference is refused. Returns the
+    checkpoint read and a line per grown tensor."""
+    path = pathlib.Path(source)
+    if path.is_dir():
+        path, state = load_latest(path)
+    else:
+        state = load_checkpoint(path)
+    if state.get("algo") != agent.name:
+        raise CheckpointError(f"{path} is a checkpoint of {state.get('algo')}; init_from needs one of {agent.name}")
+    saved = state["agent"]["modules"]
+    plan = []  # (the agent's tensor, the checkpoint's, the dimension that grew or None): all checked before any copy
+    for name, module in agent.modules.items():
+        for key, target in module.state_dict().items():  # tensors sharing the module's storage
+            where = f"{path}: {name}.{key}"
+            if key not in saved.get(name, {}):
+                raise CheckpointError(f"{where} is missing: the checkpoint's agent has other networks")
+            old = saved[name][key]
+            grew = [d for d in range(target.dim()) if old.dim() == target.dim() and old.shape[d] != target.shape[d]]
+            if old.shape != target.shape and (len(grew) != 1 or old.shape[grew[0]] > target.shape[grew[0]]):
+                raise CheckpointError(
+                    f"{where} has shape {tuple(old.shape)} and this agent's {tuple(target.shape)}: only a tensor that "
+                    "grew along one dimension (observation terms added at the end) can start from it"
+                )
+            plan.append((f"{name}.{key}", target, old, grew[0] if grew else None))
+    grown = []
+    with torch.no_grad():
+        for name, target, old, dim in plan:
+            if dim is None:
+                target.copy_(old)
+                continue
+            if target.dim() == 2 and dim == 1:
+                target.zero_()  # new inputs contribute nothing at first
+            target.narrow(dim, 0, old.shape[dim]).copy_(old)
+            grown.append(f"{name} {tuple(old.shape)} -> {tuple(target.shape)}")
+    return path, grown

@@ -40,6 +40,7 @@ from rl_suite.checkpoint import (
     prune,
     rng_state,
     set_rng_state,
+    warm_start,
 )
 from rl_suite.collector import Collector
 from rl_suite.compiled import make_collector
@@ -83,6 +84,11 @@ class RunConfig:
     video_every_steps: int = 0
     """Record a video of one evaluation episode every this many env steps (and at the end) into ``videos/`` and
     TensorBoard; 0 for none. Needs an environment that renders (the MuJoCo tasks)."""
+    init_from: str | None = None
+    """Start a new run from another run's agent: a checkpoint file or a run directory (its newest checkpoint), of the
+    same algorithm. Weights and observation statistics carry over, observation terms added at the end start with
+    zero weights; optimisers and counters start afresh (``rl_suite.checkpoint.warm_start``). A resumed run ignores
+    it."""
     keep_checkpoints: int = 2
     """How many of the newest checkpoints to keep."""
     checkpoint_buffer: bool = True
@@ -212,10 +218,15 @@ class Runner:
         self.last_rollout_metrics: dict[str, float] = {}
         self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
+        self.warm_start_note: str | None = None
         if resume:
             self._restore()
-        elif distributed.is_main():
-            self._write_config()
+        else:
+            if config.init_from:
+                path, grown = warm_start(agent, config.init_from)
+                self.warm_start_note = f"started from {path}" + (f"; grown: {', '.join(grown)}" if grown else "")
+            if distributed.is_main():
+                self._write_config()
         distributed.broadcast_modules(agent.modules.values())  # every rank starts from rank 0's agent
 
     # -- the loop ---------------------------------------------------------------------------------------------
@@ -229,6 +240,8 @@ class Runner:
         started = time.perf_counter() - self.wall_time_before
         window = (time.perf_counter(), self.env_steps, self.iterations)
         metrics: dict[str, torch.Tensor] = {}
+        if self.warm_start_note:
+            logger.message(self.warm_start_note)
         stop = distributed.broadcast_flag(self._should_stop(started))
         try:
             while not stop:

@@ -357,3 +357,60 @@ def test_a_task_that_cannot_render_costs_a_message_not_the_run(tmp_path, capsys)
     summary = Runner(agent, env, run_config(video_every_steps=320), run_dir=tmp_path).run()
     assert summary["env_steps"] == 640 and not (tmp_path / "videos").exists()
     assert "no evaluation videos: NotImplementedError: CartPole-v1 does not render" in capsys.readouterr().out
+
+
+# -- starting a run from another run's agent (init_from) ---------------------------------------------------------
+
+
+def test_a_run_starts_from_another_runs_agent_with_fresh_optimisers_and_counters(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(), run_dir=tmp_path / "first").run()
+    trained = parameters(agent)
+    fresh, env = build(PPO, "CartPole-v1", TINY_PPO, seed=5)
+    assert not torch.equal(parameters(fresh), trained)
+    runner = Runner(fresh, env, run_config(init_from=str(tmp_path / "first")), run_dir=tmp_path / "second")
+    assert torch.equal(parameters(fresh), trained) and runner.env_steps == 0  # the newest checkpoint's weights
+    torch.testing.assert_close(fresh.normalizer.mean, agent.normalizer.mean)  # and observation statistics
+    assert not fresh.optimizer.state_dict()["state"]  # Adam starts afresh
+    assert "started from" in runner.warm_start_note
+    assert yaml.safe_load((tmp_path / "second" / "config.yaml").read_text())["run"]["init_from"].endswith("first")
+
+
+def test_observation_terms_added_at_the_end_start_with_zero_weights(tmp_path):
+    import gymnasium as gym
+
+    seed_everything(0)
+    narrow, wide = (gym.spaces.Box(-np.inf, np.inf, (size,), np.float32) for size in (3, 5))
+    action = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    old = PPO(narrow, action, hidden=(16, 16))
+    old.normalizer.update(torch.randn(100, 3) * 2 + 1)
+    path = tmp_path / "old.pt"
+    torch.save({"algo": "ppo", "agent": old.state_dict()}, path)
+    new = PPO(wide, action, hidden=(16, 16))
+    _, grown = rl_suite.checkpoint.warm_start(new, path)
+    assert "actor.net.0.weight (16, 3) -> (16, 5)" in grown and "normalizer.mean (3,) -> (5,)" in grown
+    obs = torch.randn(8, 3)
+    extended = torch.cat([obs, torch.randn(8, 2) * 10], dim=1)  # whatever the new terms hold
+    torch.testing.assert_close(new.act(extended, deterministic=True)[0], old.act(obs, deterministic=True)[0])
+    torch.testing.assert_close(new.critic(new.normalizer(extended)), old.critic(old.normalizer(obs)))
+
+
+def test_init_from_refuses_another_algorithm_and_shapes_that_do_not_extend(tmp_path):
+    import gymnasium as gym
+
+    box = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
+    action = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    path = tmp_path / "old.pt"
+    torch.save({"algo": "ppo", "agent": PPO(box, action, hidden=(16, 16)).state_dict()}, path)
+    with pytest.raises(CheckpointError, match=r"old.pt is a checkpoint of ppo; init_from needs one of bpo"):
+        rl_suite.checkpoint.warm_start(BPO(box, action, hidden=(16, 16)), path)
+    smaller = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    with pytest.raises(CheckpointError, match=r"normalizer.mean has shape \(3,\) and this agent's \(2,\): only a"):
+        rl_suite.checkpoint.warm_start(PPO(smaller, action, hidden=(16, 16)), path)
+    narrower = PPO(box, action, hidden=(16, 8))  # its first layer fits, its second shrank
+    before = parameters(narrower)
+    with pytest.raises(CheckpointError, match=r"actor.net.2.weight has shape \(16, 16\) and this agent's \(8, 16\)"):
+        rl_suite.checkpoint.warm_start(narrower, path)
+    assert torch.equal(parameters(narrower), before)  # refused before anything was copied
+    with pytest.raises(CheckpointError, match=r"no checkpoint at"):
+        rl_suite.checkpoint.warm_start(PPO(box, action), tmp_path / "missing.pt")

@@ -226,6 +226,12 @@ def test_the_critic_sees_the_scan_last_so_flat_ground_inputs_come_first():
     torch.testing.assert_close(critic, blind_critic)  # the same privileged view, whatever the policy sees
     torch.testing.assert_close(critic[:, :45], blind_obs)  # the policy's terms (flat ground's) first
     torch.testing.assert_close(critic[:, -187:], obs[:, -187:])  # the scan last
+    from rl_suite.envs.robots.velocity import LeggedVelocityEnv
+
+    flat = LeggedVelocityEnv(4, seed=0, nthread=1, **{key: value for key, value in ROUGH.items() if key != "terrain"})
+    # a flat-ground run's inputs are the first columns of a rough-terrain one's (RunConfig.init_from)
+    assert flat.observation_space.shape == blind.observation_space.shape
+    assert flat.critic_observation_space.shape[0] + 187 == blind.critic_observation_space.shape[0]
 
 
 def test_rough_terrain_resumes_exactly_and_resets_alike_by_mask_and_by_index():
