@@ -246,30 +246,51 @@ def shipped_settings(algo_name: str, env_id: str) -> dict:
 
 
 def legged_arguments(
-    doc: str, env_ids: tuple[str, ...] = (), minutes: float = 60.0, runs_per_seed: int = 1
+    doc: str,
+    env_ids: tuple[str, ...] = (),
+    minutes: float = 60.0,
+    runs_per_seed: int = 1,
+    start_minutes: float | None = None,
 ) -> argparse.Namespace:
     """The legged suites' command line (``--minutes``, default ``minutes``; ``--eval-every-steps``, 1M; the seeds;
-    resuming; ``--env``, one of ``env_ids``, the first by default, where a suite offers several), parsed and checked,
-    with the wall-clock estimate (``runs_per_seed`` runs of each seed) printed."""
+    resuming; ``--env``, one of ``env_ids``, the first by default, where a suite offers several; where a suite's runs
+    start from another task's, ``--start-minutes``, default ``start_minutes``), parsed and checked, with the
+    wall-clock estimate (``runs_per_seed`` runs of each seed) printed."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     if env_ids:
         parser.add_argument("--env", choices=env_ids, default=env_ids[0], help=f"the task (default {env_ids[0]})")
     parser.add_argument("--minutes", type=float, default=minutes, help="wall-clock budget of each run")
+    if start_minutes is not None:
+        parser.add_argument(
+            "--start-minutes",
+            type=float,
+            default=start_minutes,
+            help=f"wall-clock of the run each seed starts from (default {start_minutes:g}; 0 starts from scratch)",
+        )
     parser.add_argument("--eval-every-steps", type=int, default=1_000_000)
     add_seed_arguments(parser)
     add_resume_arguments(parser)
     args = parser.parse_args()
     check_seed_arguments(parser, args)
+    if getattr(args, "start_minutes", 0.0) < 0:
+        parser.error(f"--start-minutes must be at least 0, got {args.start_minutes:g}")
     parts = grid((args.seeds, "seed"), (runs_per_seed, "training")) if runs_per_seed > 1 else grid((args.seeds, "seed"))
-    print(wall_clock_estimate(len(args.seeds) * runs_per_seed, args.minutes, parts), flush=True)
+    per_run = args.minutes + getattr(args, "start_minutes", 0.0)
+    print(wall_clock_estimate(len(args.seeds) * runs_per_seed, per_run, parts), flush=True)
     return args
 
 
-def ppo_seed(finished: FinishedRuns, args, env_id: str, seed: int, eval_episodes: int, finish) -> dict:
+def ppo_seed(
+    finished: FinishedRuns, args, env_id: str, seed: int, eval_episodes: int, finish, start_from: str | None = None
+) -> dict:
     """One seed of a legged suite: the result kept from an earlier invocation, or a run of PPO with its shipped
     settings for ``args.minutes``, stored with the run's ``env_kwargs`` and what ``finish(agent, config)`` returns
     (a dict: test courses, an export). The shipped settings are part of the job: the seeds of one table may train in
-    different sessions, and a seed trained under an older recipe must train again, not be averaged with new ones."""
+    different sessions, and a seed trained under an older recipe must train again, not be averaged with new ones.
+
+    With ``start_from`` (a task) and ``args.start_minutes`` above 0, the run starts from a run of PPO on that task for
+    ``args.start_minutes`` (``RunConfig.init_from``: rough terrain from flat ground), whose evaluations and env steps
+    are stored as ``start_evaluations`` and ``start_env_steps``."""
     job = dict(
         task=env_id,
         seed=seed,
@@ -277,18 +298,24 @@ def ppo_seed(finished: FinishedRuns, args, env_id: str, seed: int, eval_episodes
         eval_every_steps=args.eval_every_steps,
         settings=shipped_settings("ppo", env_id),
     )
+    staged = start_from is not None and args.start_minutes > 0
+    if staged:
+        job.update(
+            start_from=start_from, start_minutes=args.start_minutes, start_settings=shipped_settings("ppo", start_from)
+        )
     result = finished.get(job)
     if result is None:
-        summary, config, agent = timed_run(
-            "ppo",
-            env_id,
-            seed,
-            args.minutes * 60,
-            {},
-            eval_every_steps=args.eval_every_steps,
-            eval_episodes=eval_episodes,
-        )
-        result = finished.put(job, {**summary, **finish(agent, config), "env_kwargs": config.env_kwargs})
+        every = dict(eval_every_steps=args.eval_every_steps, eval_episodes=eval_episodes)
+        with tempfile.TemporaryDirectory() as start_dir:
+            overrides, start = {}, {}
+            if staged:
+                first, _, _ = timed_run(
+                    "ppo", start_from, seed, args.start_minutes * 60, {}, run_dir=start_dir, **every
+                )
+                overrides = {"init_from": start_dir}
+                start = {"start_evaluations": first["evaluations"], "start_env_steps": first["env_steps"]}
+            summary, config, agent = timed_run("ppo", env_id, seed, args.minutes * 60, overrides, **every)
+        result = finished.put(job, {**summary, **finish(agent, config), "env_kwargs": config.env_kwargs, **start})
     return result
 
 
@@ -298,11 +325,11 @@ def timed_run(algo_name: str, env_id: str, seed: int, seconds: float, overrides:
     return train(algo_name, env_id, seed, overrides, total_steps=10**12, time_budget_s=seconds, **settings)
 
 
-def train(algo_name: str, env_id: str, seed: int, overrides: dict, prepare=None, **settings) -> tuple:
-    """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides`` (no checkpoints, no
-    progress output), in a throwaway run directory; ``settings`` are further run settings, such as ``total_steps``,
-    ``eval_every_steps`` and ``eval_episodes``. ``prepare(agent)``, if given, sees the agent before it trains.
-    Returns ``(summary, config, agent)``."""
+def train(algo_name: str, env_id: str, seed: int, overrides: dict, prepare=None, run_dir=None, **settings) -> tuple:
+    """One run of ``algo_name`` on ``env_id`` with its shipped settings plus ``overrides`` (no progress output, and
+    one checkpoint, at the end), in ``run_dir`` or a throwaway run directory; ``settings`` are further run settings,
+    such as ``total_steps``, ``eval_every_steps`` and ``eval_episodes``. ``prepare(agent)``, if given, sees the agent
+    before it trains. Returns ``(summary, config, agent)``."""
     import rl_suite
     from rl_suite.registry import load_algorithm
     from rl_suite.rng import seed_everything
@@ -318,8 +345,10 @@ def train(algo_name: str, env_id: str, seed: int, overrides: dict, prepare=None,
     agent = algo.for_env(env, algo.Config(**agent_values))
     if prepare is not None:
         prepare(agent)
-    with tempfile.TemporaryDirectory() as run_dir:
-        summary = Runner(agent, env, config, run_dir=run_dir).run()
+    if run_dir is not None:
+        return Runner(agent, env, config, run_dir=run_dir).run(), config, agent
+    with tempfile.TemporaryDirectory() as scratch:
+        summary = Runner(agent, env, config, run_dir=scratch).run()
     return summary, config, agent
 
 
