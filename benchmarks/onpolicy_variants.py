@@ -72,12 +72,15 @@ def record_update_kl(agent) -> list[torch.Tensor]:
 
     def measured_update(buffer, progress: float = 0.0):
         newest = buffer.newest(agent.config.props_steps) if hasattr(buffer, "newest") else buffer.data
-        obs = policy.normalizer(newest["obs"]).flatten(0, 1)  # normalised as the update sees it, before it moves
+        samples = {  # normalised as the update sees them, before the normaliser moves; a flow policy's noise too
+            "obs": policy.normalizer(newest["obs"]).flatten(0, 1),
+            **{name: newest[name].flatten(0, 1) for name in policy.policy_conditions},
+        }
         before, target_updates = copy.deepcopy(policy.actor), getattr(agent, "target_updates", None)
         metrics = update(buffer, progress)
         if target_updates is None or agent.target_updates > target_updates:
             with torch.no_grad():
-                largest.append(before(obs).kl(policy.actor(obs)).max())
+                largest.append(policy.policy(samples, before).kl(policy.policy(samples)).max())
         return metrics
 
     agent.update = measured_update
