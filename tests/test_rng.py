@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 import torch
 
 from rl_suite.rng import EnvStreams
@@ -56,6 +57,19 @@ def test_masked_and_indexed_draws_agree_and_only_selected_streams_move():
     assert masked.shape == (10, 3) and torch.equal(masked[mask], indexed)
     assert torch.equal(by_index.counter, by_mask.counter)
     assert by_index.counter.tolist() == [3 if m else 0 for m in mask.tolist()]
+
+
+def test_a_call_draws_up_to_128_values_and_counts_them():
+    """128 draws by index once left the counter where it was (the offsets ran out at 127), so the next call repeated
+    them; more than 128 are refused rather than cut short."""
+    streams = EnvStreams(2, CPU, seed=3)
+    first = streams.uniform(0, 1, 128, env_ids=torch.arange(2))
+    assert first.shape == (2, 128) and streams.counter.tolist() == [128, 128]
+    assert not torch.equal(streams.uniform(0, 1, 128, env_ids=torch.arange(2)), first)
+    streams.uniform(0, 1, 128, mask=torch.tensor([True, False]))
+    assert streams.counter.tolist() == [384, 256]
+    with pytest.raises(ValueError, match="draw at most 128 values per call, got size=129"):
+        streams.uniform(0, 1, 129, env_ids=torch.arange(2))
 
 
 def test_reseeding_restarts_and_float64_draws_are_supported():
