@@ -1,4 +1,5 @@
-"""QMIX: monotonic value-function factorisation for cooperative multi-agent Q-learning (Rashid et al., 2018).
+"""QMIX: monotonic value-function factorisation for cooperative multi-agent Q-learning (Rashid et al., 2018), and VDN
+(value decomposition networks, Sunehag et al., 2018) as its ``mixer="vdn"``.
 
 Each agent a has a utility Q_a(tau^a, u^a) from a GRU over its history (observation, last action, agent id), shared
 by all agents. A mixing network combines them into
@@ -7,7 +8,8 @@ by all agents. A mixing network combines them into
 
 whose weights W_1, w_2 come from hypernetworks of the global state s, made non-negative (absolute values), so that
 dQ_tot / dQ_a >= 0: each agent's greedy action is then part of the greedy joint action, and execution stays
-decentralised. Each iteration:
+decentralised. VDN is the special case with no state input and unit weights, Q_tot = sum_a Q_a(tau^a, u^a)
+(Sunehag et al., eq. 1); everything else (agents, replay, targets) is shared. Each iteration:
 
     1. act epsilon-greedily (epsilon annealed linearly over env steps) among the available actions, writing whole
        episodes into the episode buffer on the device;
@@ -34,6 +36,9 @@ from rl_suite.buffers import EpisodeBuffer, lambda_returns
 from rl_suite.deploy.inference import ExportError
 from rl_suite.networks import RecurrentMLP
 from rl_suite.optim import finite_or_warn, gradient_step
+
+
+MIXERS = ("qmix", "vdn")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,6 +83,8 @@ class QMIXConfig:
     """Give each agent its previous action (one-hot) as input."""
     agent_id: bool = True
     """Give each agent its one-hot id as input."""
+    mixer: str = "qmix"
+    """How the agents' utilities make Q_tot: "qmix" (the monotonic hypernetwork mixer) or "vdn" (their sum)."""
 
 
 class QMixer(nn.Module):
@@ -100,6 +107,13 @@ class QMixer(nn.Module):
         return (hidden * self.w2(state).abs()).sum(-1) + self.v(state).squeeze(-1)
 
 
+class VDNMixer(nn.Module):
+    """Q_tot as the sum of the agents' chosen utilities ``q [..., A]``; the state is not used."""
+
+    def forward(self, q: torch.Tensor, state: torch.Tensor) -> torch.Tensor:
+        return q.sum(-1)
+
+
 class QMIX(MultiAgentAgent):
     name = "qmix"
     Config = QMIXConfig
@@ -110,11 +124,16 @@ class QMIX(MultiAgentAgent):
     ):
         super().__init__(observation_space, action_space, config, device, global_state_space, **overrides)
         c = self.config
+        if c.mixer not in MIXERS:
+            raise ValueError(f"mixer must be one of {', '.join(map(repr, MIXERS))}, got {c.mixer!r}")
         self.num_agents, obs_dim = observation_space.shape
         self.n_actions = int(action_space.nvec.max())
         in_dim = obs_dim + (self.n_actions if c.last_action else 0) + (self.num_agents if c.agent_id else 0)
         self.agents = RecurrentMLP(in_dim, c.hidden, self.n_actions, "relu", c.gru_size)
-        self.mixer = QMixer(self.num_agents, global_state_space.shape[0], c.mixing_embed, c.hypernet_hidden)
+        if c.mixer == "vdn":
+            self.mixer = VDNMixer()
+        else:
+            self.mixer = QMixer(self.num_agents, global_state_space.shape[0], c.mixing_embed, c.hypernet_hidden)
         self.target_agents, self.target_mixer = copy.deepcopy(self.agents), copy.deepcopy(self.mixer)
         self.modules = {
             "agents": self.agents,

@@ -8,7 +8,7 @@ import torch
 from multiagent_toy import Rendezvous
 
 from rl_suite.agents.mappo import MAPPO
-from rl_suite.agents.qmix import QMIX, QMixer
+from rl_suite.agents.qmix import QMIX, QMixer, VDNMixer
 from rl_suite.buffers import EpisodeBuffer, lambda_returns
 from rl_suite.networks import RecurrentMLP
 from rl_suite.runner import RunConfig, Runner, evaluate
@@ -116,6 +116,45 @@ def test_the_mixer_is_monotonic_in_every_agent_utility():
     assert (grad >= 0).all() and (grad > 0).float().mean() > 0.9
     # the state-dependent bias V(s) moves Q_tot without any utility
     assert not torch.allclose(mixer(torch.zeros(2, 5), state[:2]), torch.zeros(2))
+
+
+def test_vdn_sums_the_utilities_and_trains_only_the_agents():
+    q = torch.tensor([[1.0, -2.0, 0.5], [3.0, 0.0, 0.25]])
+    torch.testing.assert_close(VDNMixer()(q, torch.randn(2, 7)), torch.tensor([-0.5, 3.25]))
+    env = Rendezvous(num_envs=2)
+    vdn = QMIX.for_env(env, mixer="vdn")
+    assert isinstance(vdn.mixer, VDNMixer) and not list(vdn.mixer.parameters())
+    qmix_parameters = sum(p.numel() for p in QMIX.for_env(env).parameters)
+    assert sum(p.numel() for p in vdn.parameters) == sum(p.numel() for p in vdn.agents.parameters()) < qmix_parameters
+    with pytest.raises(ValueError, match="mixer must be one of 'qmix', 'vdn', got 'sum'"):
+        QMIX.for_env(env, mixer="sum")
+
+
+def test_vdn_one_step_target_by_hand():
+    """One update of VDN on a two-step episode: Q_tot(t) = sum of the chosen utilities, the target
+    r_t + gamma * sum_a max Q_a(t + 1) (the online argmax valued by the target agents, which start equal), and 0 after
+    the terminal step."""
+    env = Rendezvous(num_envs=1)
+    vdn = QMIX.for_env(env, mixer="vdn", gamma=0.5, lr=0.0, td_lambda=0.0)
+    a, n = vdn.num_agents, vdn.n_actions
+    obs_dim, state_dim = env.observation_space.shape[1], vdn.global_state_space.shape[0]
+    torch.manual_seed(1)
+    batch = {
+        "obs": torch.randn(1, 3, a, obs_dim),
+        "actions": torch.randint(0, n, (1, 3, a)),
+        "rewards": torch.tensor([[1.0, 2.0, 0.0]]),
+        "terminated": torch.tensor([[False, True, False]]),
+        "global_state": torch.randn(1, 3, state_dim),
+        "avail_actions": torch.ones(1, 3, a, n, dtype=torch.bool),
+        "filled": torch.tensor([[True, True, False]]),
+    }
+    q = vdn._utilities(vdn.agents, batch)[0]  # [3, A, n]
+    chosen = q[:2].gather(-1, batch["actions"][0, :2].unsqueeze(-1)).squeeze(-1).sum(-1)
+    targets = torch.stack([1.0 + 0.5 * q[1].max(-1).values.sum(), torch.tensor(2.0)])
+    metrics = vdn._step(batch)
+    torch.testing.assert_close(metrics["q_tot"], chosen.mean())
+    torch.testing.assert_close(metrics["target"], targets.mean())
+    torch.testing.assert_close(metrics["loss"], (chosen - targets).square().mean())
 
 
 def test_lambda_returns_by_hand():
