@@ -259,7 +259,7 @@ def _shipped_algorithms() -> dict[str, str]:
 
 # How `rl-suite algos` and error messages order the shipped algorithms (the README's Agents table); an algorithm not
 # named here needs no line: it comes after these, by name.
-_LISTING_ORDER = ("ppo", "sac", "pql", "fpo", "policyflow", "rarl", "mappo", "qmix")
+_LISTING_ORDER = ("ppo", "sac", "pql", "fpo", "policyflow", "rarl", "mappo", "qmix", "maddpg")
 
 
 # name -> entry point: ``module:Class``, or a module of ``rl_suite.agents``, whose algorithm of that name is taken.
@@ -387,3 +387,4 @@ register("Tag-v0", "rl_suite.envs.multiagent.mpe:Tag")
 register("Skirmish-3m-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="3m")
 register("Skirmish-8m-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="8m")
 register("Skirmish-2s3z-v0", "rl_suite.envs.multiagent.skirmish:Skirmish", scenario="2s3z")
+register("Pursuit-v0", "rl_suite.envs.multiagent.pursuit:Pursuit")
