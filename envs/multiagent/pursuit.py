@@ -57,81 +57,84 @@ METRICS = ("captures_per_evader",)
 class CellGrid:
     """Fixed-radius nearest neighbours of ``[N, Q, 2]`` queries among ``[N, M, 2]`` points in ``[0, L]^2``, per
     environment, through a grid of ``cells`` x ``cells`` square cells of side ``cell_size`` (at least the radius).
-    Where the 3 x 3 cells' slots would outnumber the points (``9 * capacity >= M``), every point is a candidate
-    instead: all pairs are then both exact and cheaper."""
+
+    ``build`` sorts the points by cell into a table of ``capacity`` slots per cell (x, y and the point's index; empty
+    slots at infinity), padded with a ring of empty cells, and lays it out as windows of 3 neighbouring cells of a
+    row. A query's candidates are then 3 windows (the rows above, at and below its cell): three row gathers, with the
+    index arithmetic done per cell rather than per query and slot. Where the 9 cells' slots would outnumber the points
+    (``9 * capacity >= M``), every point is a candidate instead: all pairs are then both exact and cheaper."""
 
     def __init__(self, num_envs: int, side: float, cell_size: float, capacity: int, device: torch.device):
-        self.cells = max(1, math.ceil(side / cell_size))
+        self.cells = g = max(1, math.ceil(side / cell_size))
         self.cell_size, self.capacity = cell_size, capacity
-        self.env_base = torch.arange(num_envs, device=device).unsqueeze(1) * self.cells**2  # [N, 1]
-        shifts = torch.tensor([(dx, dy) for dx in (-1, 0, 1) for dy in (-1, 0, 1)], device=device)
-        self.shifts = shifts.view(1, 1, 9, 2)
-        self.slots = torch.arange(capacity, device=device)
+        self.env_row = torch.arange(num_envs, device=device).view(-1, 1, 1) * (g + 2)  # first padded row of each env
+        self.rows = torch.arange(3, device=device)
+        self._padded = torch.empty(num_envs, g + 2, g + 2, capacity, 3, device=device)  # x, y, point index
 
     def _cell_xy(self, positions: torch.Tensor) -> torch.Tensor:
         return positions.div(self.cell_size).floor_().long().clamp_(0, self.cells - 1)
 
     def build(self, points: torch.Tensor) -> None:
-        """Sort ``points`` ``[N, M, 2]`` by cell: ``order`` lists their flat indices cell by cell."""
         n, m = points.shape[:2]
+        g, c = self.cells, self.capacity
         self.points, self.per_env = points, m
-        self.all_pairs = 9 * self.capacity >= m
+        self.all_pairs = 9 * c >= m
         if self.all_pairs:
             return
-        xy = self._cell_xy(points)
-        key = (xy[..., 0] * self.cells + xy[..., 1] + self.env_base).flatten()
-        self.order = key.argsort()
-        self.counts = torch.bincount(key, minlength=n * self.cells**2)
-        self.starts = self.counts.cumsum(0).sub_(self.counts)
-        self.x, self.y = points[..., 0].flatten(), points[..., 1].flatten()
+        xy = self._cell_xy(points).view(-1, 2)
+        env = torch.arange(n, device=points.device).repeat_interleave(m)
+        key = (env * g + xy[:, 0]) * g + xy[:, 1]
+        order = key.argsort()
+        sorted_key = key.index_select(0, order)
+        counts = torch.bincount(key, minlength=n * g * g)
+        rank = torch.arange(n * m, device=points.device) - (counts.cumsum(0) - counts).index_select(0, sorted_key)
+        kept = order[rank < c]  # beyond a cell's capacity a point is not written
+        slot = (env[kept], xy[kept, 0] + 1, xy[kept, 1] + 1, rank[rank < c])
+        values = torch.cat((points.reshape(-1, 2).index_select(0, kept), kept.remainder(m).unsqueeze(1).float()), 1)
+        self._padded[..., :2].fill_(torch.inf)
+        self._padded.index_put_(slot, values)
+        width = 3 * c * 3  # 3 cells of c slots of (x, y, point)
+        # window (row r, column j) of the padded grid holds its cells j, j + 1, j + 2 of row r
+        self.windows = self._padded.view(n, g + 2, -1).unfold(2, width, c * 3).reshape(-1, width)
 
     def _candidates(self, queries: torch.Tensor):
-        """Each query's candidate points: their offsets from it ``dx, dy`` ``[N, Q, K]``, whether each is a real point
-        ``[N, Q, K]`` (``None``: all are), and their indices among their environment's points ``[N, Q, K]``."""
+        """Each query's candidates: their offsets from it ``dx, dy`` ``[N, Q, K]`` (``inf`` for an empty slot) and their
+        indices among their environment's points ``[N, Q, K]``."""
         n, q = queries.shape[:2]
         if self.all_pairs:
             delta = self.points.unsqueeze(1) - queries.unsqueeze(2)  # [N, Q, M, 2]
             point = torch.arange(self.per_env, device=queries.device).expand(n, q, -1)
-            return delta[..., 0], delta[..., 1], None, point
-        around = self._cell_xy(queries).unsqueeze(2) + self.shifts  # [N, Q, 9, 2]
-        inside = ((around >= 0) & (around < self.cells)).all(-1)
-        around.clamp_(0, self.cells - 1)
-        cell = around[..., 0] * self.cells + around[..., 1] + self.env_base.unsqueeze(-1)  # [N, Q, 9]
-        cell = cell.flatten()
-        count = torch.where(inside.flatten(), self.counts.index_select(0, cell), 0)
-        slot = self.starts.index_select(0, cell).unsqueeze(-1) + self.slots  # [N Q 9, C]
-        real = (self.slots < count.unsqueeze(-1)).view(n, q, -1)  # [N, Q, 9C]
-        # flat point indices; index_select on flat indices is several times faster than take or advanced indexing
-        candidate = self.order.index_select(0, slot.clamp_(max=self.order.numel() - 1).flatten())
-        dx = self.x.index_select(0, candidate).view(n, q, -1).sub_(queries[..., :1])
-        dy = self.y.index_select(0, candidate).view(n, q, -1).sub_(queries[..., 1:])
-        candidate = candidate.view(n, q, -1)
-        first = torch.arange(n, device=queries.device).view(n, 1, 1) * self.per_env  # each env's first point
-        return dx, dy, real, candidate.sub_(first)
+            return delta[..., 0], delta[..., 1], point
+        xy = self._cell_xy(queries)
+        # the query's cell is padded (row + 1, column + 1): the windows of rows row .. row + 2 starting at column
+        window = ((self.env_row + xy[..., :1] + self.rows) * self.cells + xy[..., 1:]).flatten()
+        found = self.windows.index_select(0, window).view(n, q, -1, 3)
+        return found[..., 0] - queries[..., :1], found[..., 1] - queries[..., 1:], found[..., 2].long()
 
     def query(self, queries: torch.Tensor, k: int, radius: float, exclude_self: bool = False):
         """The ``k`` nearest built points within ``radius`` of each query, nearest first: their positions relative to
-        the query ``[N, Q, k, 2]``, whether each slot holds one ``[N, Q, k]`` (bool), its squared distance (``inf``
-        for an empty slot) and its index among its environment's points (meaningless for an empty slot).
+        the query ``[N, Q, k, 2]`` (zeros for an empty slot), whether each slot holds one ``[N, Q, k]`` (bool), its
+        squared distance (``inf`` for an empty slot) and its index among its environment's points (meaningless for an
+        empty slot).
         ``exclude_self``: query q is point q of the same environment, not its own neighbour."""
-        dx, dy, real, point = self._candidates(queries)
+        dx, dy, point = self._candidates(queries)
         dist2 = torch.addcmul(dx * dx, dy, dy)
-        valid = dist2 <= radius * radius
-        if real is not None:
-            valid &= real
+        outside = dist2 > radius * radius  # empty slots are at infinity, so outside too
         if exclude_self:
-            valid &= point != torch.arange(queries.shape[1], device=queries.device).view(1, -1, 1)
-        dist2 = torch.where(valid, dist2, torch.inf)
+            outside |= point == torch.arange(queries.shape[1], device=queries.device).view(1, -1, 1)
+        dist2.masked_fill_(outside, torch.inf)
         k_found = min(k, dist2.shape[-1])
         nearest, index = dist2.topk(k_found, dim=-1, largest=False, sorted=True)
-        relative = torch.stack((dx.gather(2, index), dy.gather(2, index)), -1)
+        sensed = nearest.isfinite()
+        relative = torch.stack((dx.gather(2, index), dy.gather(2, index)), -1).masked_fill_(~sensed.unsqueeze(-1), 0.0)
         point = point.gather(2, index)
         if k_found < k:  # fewer points than slots: the rest are empty
             pad = k - k_found
             nearest = torch.nn.functional.pad(nearest, (0, pad), value=torch.inf)
             relative = torch.nn.functional.pad(relative, (0, 0, 0, pad))
             point = torch.nn.functional.pad(point, (0, pad))
-        return relative, nearest.isfinite(), nearest, point
+            sensed = nearest.isfinite()
+        return relative, sensed, nearest, point
 
 
 class Pursuit(MultiAgentVecEnv):
