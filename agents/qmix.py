@@ -37,7 +37,6 @@ from rl_suite.deploy.inference import ExportError
 from rl_suite.networks import RecurrentMLP
 from rl_suite.optim import finite_or_warn, gradient_step
 
-
 MIXERS = ("qmix", "vdn")
 
 

@@ -161,6 +161,11 @@ class ReplayBuffer:
     def __len__(self) -> int:
         return self.size * self.num_envs
 
+    @property
+    def fields(self) -> set[str]:
+        """The names ``add`` takes."""
+        return set(self.data)
+
     def add(self, obs, actions, reward, terminated, truncated, next_obs, **extras) -> None:
         _write_row(self.data, self.pos, obs, actions, reward, terminated, truncated, next_obs, extras)
         self.pos = (self.pos + 1) % self.rows

@@ -75,7 +75,7 @@ class Collector:
         self.obs = env.reset(seed=seed).clone()
         # An asymmetric critic's observations, where the buffer stores them (and so the env must offer them).
         self.critic_obs = None
-        if "critic_obs" in getattr(buffer, "fields", ()):  # rollout buffers name their fields; replay buffers do not
+        if "critic_obs" in getattr(buffer, "fields", ()):  # a buffer names the fields it stores
             if env.critic_obs is None:
                 raise ValueError(f"{agent.name} wants a privileged critic observation, but {env} offers none")
             self.critic_obs = env.critic_obs.clone()

@@ -124,7 +124,7 @@ def test_algos_lists_the_algorithms(capsys):
 
 def test_unknown_algorithm(capsys):
     err = error_of(["train", "ppp", "CartPole-v1"], capsys)
-    algorithms = "ppo, sac, pql, fpo, policyflow, rarl, mappo, qmix, bpo, fixpo, flashsac, props"
+    algorithms = "ppo, sac, pql, fpo, policyflow, rarl, mappo, qmix, maddpg, bpo, fixpo, flashsac, props"
     expected = f"unknown algorithm 'ppp'. Did you mean 'ppo' or 'props' or 'mappo'? Algorithms: {algorithms}"
     assert err == f"rl-suite: error: {expected}"
 

@@ -47,7 +47,8 @@ def test_the_grid_finds_the_nearest_points_within_range(capacity):
 
 
 def placed(num_pursuers=2, num_evaders=1, **options) -> Pursuit:
-    env = Pursuit(1, num_pursuers=num_pursuers, num_evaders=num_evaders, density=num_pursuers / 100.0, seed=0, **options)
+    density = num_pursuers / 100.0  # a 10 m arena
+    env = Pursuit(1, num_pursuers=num_pursuers, num_evaders=num_evaders, density=density, seed=0, **options)
     env.reset(seed=0)
     assert env.side == pytest.approx(10.0)
     return env
@@ -113,7 +114,7 @@ def test_episodes_report_captures_per_evader_and_the_state_round_trips():
     a = [env.step(torch.ones(4, 20, dtype=torch.long))[0].clone() for _ in range(3)]
     env.load_state_dict(state)
     b = [env.step(torch.ones(4, 20, dtype=torch.long))[0].clone() for _ in range(3)]
-    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    assert all(torch.equal(x, y) for x, y in zip(a, b, strict=True))
 
 
 def test_sizes_do_not_change_with_the_number_of_pursuers():
