@@ -5,13 +5,15 @@
 user does without a batched simulator). Both run uniformly random actions drawn beforehand; an env-step is one
 step of one environment (all of its agents). The table reports the ratios, which carry across machines.
 
-``--part training``: MAPPO, IPPO (MAPPO with a critic on each agent's own observation) and QMIX, each with its
-shipped settings (``agents/hyperparams/{mappo,qmix}.yaml``), on Spread-v0 and the 3m, 8m and 2s3z skirmishes, under
-the same wall-clock budget per run (``--minutes``, evaluations included), one run at a time in its own process with
-the whole machine, for every seed (``--seeds``, default 0 1 2). Each evaluation is 100 episodes of the deterministic
-(greedy) policies. The table gives each method's final evaluation as mean ± std over seeds beside its best seed, and
-what uniformly random play gets on the same evaluation. Training takes tasks x methods x seeds x ``--minutes``
-(printed first): 4 x 3 x 3 x 3 min = 108 min with ``--minutes 3``.
+``--part training``: MAPPO, IPPO (MAPPO with a critic on each agent's own observation), QMIX, VDN (QMIX's
+``mixer=vdn``) and MADDPG, each with its shipped settings (``agents/hyperparams/{mappo,qmix,maddpg}.yaml``; MADDPG's
+Spread settings use continuous actions), on Spread-v0 and the 3m, 8m and 2s3z skirmishes, under the same wall-clock
+budget per run (``--minutes``, evaluations included), one run at a time in its own process with the whole machine,
+for every seed (``--seeds``, default 0 1 2). Each evaluation is 100 episodes of the deterministic (greedy) policies.
+The table gives each method's final evaluation as mean ± std over seeds beside its best seed, and what uniformly
+random play gets on the same evaluation. Training takes tasks x methods x seeds x ``--minutes`` (printed first): 4 x 5
+x 3 x 3 min = 180 min with ``--minutes 3``; finished runs are kept in ``<--runs-dir>/multiagent/``, so a stopped
+invocation resumes with the runs it lacks (``--fresh`` ignores them).
 
     python benchmarks/multiagent.py [--part throughput|training|all] [--seconds 2] [--num-envs 1 64 1024 4096]
     python benchmarks/multiagent.py --part training [--minutes 2] [--seeds 0 1 2] [--tasks Spread-v0 ...]
@@ -146,8 +148,14 @@ def write_throughput(rows: list[dict], command: str, directory: pathlib.Path = c
 
 
 TASKS = ("Spread-v0", "Skirmish-3m-v0", "Skirmish-8m-v0", "Skirmish-2s3z-v0")
-METHODS = {"MAPPO": ("mappo", {}), "IPPO": ("mappo", {"centralized_critic": False}), "QMIX": ("qmix", {})}
-EVAL_EVERY = {"mappo": 10_000, "qmix": 5_000}  # env steps; Spread (25-step episodes) is evaluated less often
+METHODS = {
+    "MAPPO": ("mappo", {}),
+    "IPPO": ("mappo", {"centralized_critic": False}),
+    "QMIX": ("qmix", {}),
+    "VDN": ("qmix", {"mixer": "vdn"}),
+    "MADDPG": ("maddpg", {}),
+}
+EVAL_EVERY = {"mappo": 10_000, "qmix": 5_000, "maddpg": 5_000}  # env steps; Spread (25-step episodes): 5 times less
 EVAL_EPISODES = 100
 
 
@@ -219,16 +227,23 @@ def training(args) -> list[dict]:
     print(estimate, flush=True)
     rows: list[dict] = []
     seconds = args.minutes * 60
+    finished = common.FinishedRuns(args, "multiagent")
     with tempfile.TemporaryDirectory() as scratch:
         for task in args.tasks:
             for method in args.methods:
                 algo, overrides = METHODS[method]
                 for seed in args.seeds:
-                    out = pathlib.Path(scratch) / "run.json"
-                    job = dict(algo=algo, task=task, seed=seed, seconds=seconds, overrides=overrides, out=str(out))
-                    worker = [sys.executable, __file__, "--threads", str(args.threads), "--worker", json.dumps(job)]
-                    subprocess.run(worker, check=True)  # the run's own process, with the same torch threads
-                    row = {**json.loads(out.read_text()), "task": task, "method": method, "seed": seed}
+                    job = dict(algo=algo, task=task, seed=seed, seconds=seconds, overrides=overrides)
+                    job["threads"] = args.threads
+                    result = None if args.quick else finished.get(job)
+                    if result is None:
+                        out = pathlib.Path(scratch) / "run.json"
+                        worker = [sys.executable, __file__, "--threads", str(args.threads), "--worker"]
+                        subprocess.run([*worker, json.dumps({**job, "out": str(out)})], check=True)  # its own process
+                        result = json.loads(out.read_text())
+                        if not args.quick:
+                            result = finished.put(job, result)
+                    row = {**result, "task": task, "method": method, "seed": seed}
                     rows.append(row)
                     last = row["curve"][-1]
                     print(
@@ -281,7 +296,7 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = common.RESU
     plot_training(rows, args.tasks, directory / "multiagent_training.png")
     command = "python benchmarks/multiagent.py " + " ".join(sys.argv[1:])
     lines = [
-        "# MAPPO, IPPO and QMIX on the batched multi-agent tasks, equal wall-clock per run",
+        f"# {', '.join(args.methods)} on the batched multi-agent tasks, equal wall-clock per run",
         "",
         f"Machine: {machine()}.",
         f"Run: `{command}` on {datetime.date.today()}: {args.minutes:g} minutes of wall-clock per run (evaluations "
@@ -355,6 +370,7 @@ def main() -> None:
     parser.add_argument("--tasks", nargs="+", default=list(TASKS))
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=list(METHODS))
     common.add_seed_arguments(parser)
+    common.add_resume_arguments(parser)
     parser.add_argument("--quick", action="store_true", help="tiny durations, 2 seeds, a smoke test; writes no results")
     parser.add_argument("--worker", help=argparse.SUPPRESS)  # JSON: one training run, in this process
     args = parser.parse_args()
