@@ -73,14 +73,16 @@ def test_a_capture_rewards_the_capturers_and_the_evader_reappears():
     # the evader at (5, 5.3) is within 0.5 m of pursuer 0 after it moves +y (to 5, 5.1); pursuer 1 is far away
     env.set_state(torch.tensor([[[5.0, 5.0], [1.0, 1.0], [5.0, 5.3]]]))
     _, reward, _, _, info = env.step(torch.tensor([[4, 0]]))
-    # the evader fled 0.07 m first, to (5, 5.37): still 0.27 m from the pursuer at (5, 5.1)
-    agent_reward = info["agent_reward"][0]
-    # pursuer 0: the capture, minus 0.1 x (distance to the nearest evader it senses) / 3; pursuer 1 senses none
-    assert agent_reward[0] == pytest.approx(10.0 - 0.1 * 0.27 / 3.0, abs=1e-4)
-    assert agent_reward[1] == pytest.approx(-0.1)
-    assert reward[0] == pytest.approx(agent_reward.mean())
+    # the evader fled 0.07 m first, to (5, 5.37): still 0.27 m from the pursuer at (5, 5.1), so it is captured and
+    # reappears elsewhere
     evader = env.get_state()[0, 2]
-    assert (evader - torch.tensor([5.0, 5.37])).norm() > 1e-3  # it reappeared elsewhere
+    assert (evader - torch.tensor([5.0, 5.37])).norm() > 1e-3
+    agent_reward = info["agent_reward"][0]
+    # the capture, minus 0.1 x the distance to the nearest evader sensed after it reappeared, over 3 m (1 if none)
+    distance = (evader - torch.tensor([5.0, 5.1])).norm().item()
+    assert agent_reward[0] == pytest.approx(10.0 - 0.1 * (distance / 3.0 if distance <= 3.0 else 1.0), abs=1e-4)
+    assert agent_reward[1] == pytest.approx(-0.1)  # pursuer 1 captured nothing and senses nothing
+    assert reward[0] == pytest.approx(agent_reward.mean())
     assert env.global_state[0, 4] == 1.0  # one capture so far, per evader
 
 

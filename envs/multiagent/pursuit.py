@@ -15,10 +15,10 @@ flee), written for this project:
   an evader that senses no pursuer stands still. The rule sees the positions before the step.
 - **Capture:** an evader within ``capture_radius`` (0.5) of a pursuer after the step is captured and reappears
   uniformly in the arena (its draws come from the environment's own random stream, one pair per evader per step).
-- **Rewards:** pursuer i gets ``capture_reward`` (10) for each evader it captured this step (every pursuer within the
-  radius of a captured evader gets it), minus ``distance_penalty`` (0.1) times the distance to its nearest sensed
-  evader over ``sensing_range`` (1 where it senses none). The team reward is the mean over pursuers;
-  ``info["agent_reward"]`` holds each one's.
+- **Rewards:** pursuer i gets ``capture_reward`` (10) for each evader it captured this step (the evader's 4 nearest
+  pursuers within the radius get it), minus ``distance_penalty`` (0.1) times the distance to its nearest sensed
+  evader after the reappearances, over ``sensing_range`` (1 where it senses none). The team reward is the mean over
+  pursuers; ``info["agent_reward"]`` holds each one's.
 - **Observation** of pursuer i (``2 + 3 (neighbours + targets)`` values, 26 by default, whatever ``P``): its position
   scaled to [-1, 1], then for each of its ``neighbours`` (4) nearest other pursuers and of its ``targets`` (4) nearest
   evaders within ``sensing_range`` (3.0), nearest first: the relative position over ``sensing_range`` and a 1 (zeros
@@ -28,11 +28,12 @@ flee), written for this project:
 - Episodes never terminate; they are truncated after ``max_episode_steps`` (100). ``info["episode_metrics"]``
   reports ``captures_per_evader`` for each ended episode.
 
-**The neighbour search** is a uniform grid of cells of side ``sensing_range``: the points are sorted by cell once per
-search, and a query reads at most ``cell_capacity`` (4) points from each of the 3 x 3 cells around it, so a step
-costs ``O(N (P + E) * 9 * cell_capacity)`` instead of the ``O(N P (P + E))`` of all pairs. A cell holds about
-``0.9`` pursuers at the default density; where one holds more than ``cell_capacity`` points, the surplus (in sorted
-order, not the farthest) is not seen from that cell. ``tests/test_pursuit.py`` checks the search against all pairs.
+**The neighbour search** is a uniform grid of cells of side ``sensing_range``, built twice a step (the pursuers after
+they move, the evaders after they reappear): the points are sorted by cell, and a query reads at most
+``cell_capacity`` (4) points from each of the 3 x 3 cells around it, so a step costs ``O(N (P + E) * 9 *
+cell_capacity)`` instead of the ``O(N P (P + E))`` of all pairs. A cell holds about ``0.9`` pursuers at the default
+density; where one holds more than ``cell_capacity`` points, the surplus (in sorted order, not the farthest) is not
+seen from that cell. ``tests/test_pursuit.py`` checks the search against all pairs.
 
 The physical state (``get_state``/``set_state``) is ``[N, P + E, 2]``: pursuer then evader positions, in arena
 coordinates ``[0, L]^2``.
@@ -52,6 +53,7 @@ from rl_suite.multiagent import MultiAgentVecEnv
 DT = 0.1
 MOVES = ((0.0, 0.0), (-1.0, 0.0), (1.0, 0.0), (0.0, -1.0), (0.0, 1.0))  # mpe2's: no-op, -x, +x, -y, +y
 METRICS = ("captures_per_evader",)
+CAPTURERS = 4  # pursuers rewarded for one capture at most: the evader's nearest within the capture radius
 
 
 class CellGrid:
@@ -220,13 +222,14 @@ class Pursuit(MultiAgentVecEnv):
         self._pursuer_grid = CellGrid(n, self.side, cell, cell_capacity, device)
         self._evader_grid = CellGrid(n, self.side, cell, cell_capacity, device)
         self._captures = torch.zeros(n, device=device)  # in the running episode
+        self._seen = None  # what the pursuers sensed in the step just taken, for its observation
         self._final_metrics = {"captures_per_evader": torch.zeros(n, device=device)}
 
     # -- physics --------------------------------------------------------------------------------------------
 
     def _flee(self) -> torch.Tensor:
-        """Each evader's step ``[N, E, 2]`` by the documented rule, from the positions before the step."""
-        self._pursuer_grid.build(self._pursuers)
+        """Each evader's step ``[N, E, 2]`` by the documented rule, from the positions before the step (the pursuer
+        grid holds them: the last observation, reset or state load built it)."""
         away, sensed, dist2, _ = self._pursuer_grid.query(self._evaders, self.neighbours or 1, self.sensing_range)
         weight = torch.where(sensed, dist2.clamp(min=1e-6).reciprocal(), 0.0)
         flee = -(away * weight.unsqueeze(-1)).sum(2)  # away holds pursuer minus evader
@@ -246,26 +249,38 @@ class Pursuit(MultiAgentVecEnv):
             self._pursuers.add_(self._moves[actions.long()])
         self._evaders.add_(flee)
         self._positions.clamp_(0.0, self.side)
-        # Captures: every (pursuer, evader) pair within the capture radius, among each pursuer's sensed evaders.
-        self._evader_grid.build(self._evaders)
-        _, sensed, dist2, evader = self._evader_grid.query(self._pursuers, self.targets, self.sensing_range)
-        captured = torch.zeros(self.num_envs, self.num_evaders + 1, device=self.device)  # last column: no evader
-        close = sensed & (dist2 <= self.capture_radius**2)
-        which = torch.where(close, evader, self.num_evaders)
-        captured.scatter_(1, which.flatten(1), 1.0)
-        captured = captured[:, :-1]
-        nearest = torch.where(sensed[..., 0], dist2[..., 0].sqrt() / self.sensing_range, 1.0)
-        reward = close.sum(-1, dtype=torch.float32).mul_(self.capture_reward).sub_(nearest, alpha=self.distance_penalty)
-        self._agent_reward.copy_(reward)
-        torch.mean(reward, 1, out=self._reward)
+        # Captures, from the evaders' side: each evader's nearest pursuers within the capture radius (up to
+        # CAPTURERS of them get the reward). This grid of the moved pursuers also serves the observation and the
+        # next step's fleeing.
+        self._pursuer_grid.build(self._pursuers)
+        _, close, _, capturer = self._pursuer_grid.query(self._evaders, CAPTURERS, self.capture_radius)
+        captured = close[..., 0]  # [N, E]
+        p = self.num_pursuers
+        credit = torch.zeros(self.num_envs, p + 1, device=self.device)  # last column: nobody
+        credit.scatter_add_(1, torch.where(close, capturer, p).flatten(1), close.flatten(1).float())
         self._captures.add_(captured.sum(1))
         # Captured evaders reappear uniformly in the arena; every evader draws its pair so that streams do not
         # depend on captures.
         fresh = self._uniform(self._all_envs, self.num_evaders)
-        self._evaders.copy_(torch.where(captured.bool().unsqueeze(-1), fresh, self._evaders))
+        self._evaders.copy_(torch.where(captured.unsqueeze(-1), fresh, self._evaders))
+        self._sense()
+        sensed, dist2 = self._seen[3], self._seen[4]
+        nearest = torch.where(sensed[..., 0], dist2[..., 0].sqrt() / self.sensing_range, 1.0)
+        reward = credit[:, :p].mul_(self.capture_reward).sub_(nearest, alpha=self.distance_penalty)
+        self._agent_reward.copy_(reward)
+        torch.mean(reward, 1, out=self._reward)
         return self._reward, self._terminated  # never terminates
 
-    # -- observations and resets ------------------------------------------------------------------------------
+    def _sense(self) -> None:
+        """What every pursuer senses now (its nearest pursuers on the pursuer grid, which must hold the current
+        positions, and its nearest evaders), kept for the observation that follows."""
+        if self.neighbours:
+            rel, sensed, _, _ = self._pursuer_grid.query(self._pursuers, self.neighbours, self.sensing_range, True)
+        else:
+            rel = sensed = None
+        self._evader_grid.build(self._evaders)
+        target_rel, target_sensed, dist2, _ = self._evader_grid.query(self._pursuers, self.targets, self.sensing_range)
+        self._seen = (rel, sensed, target_rel, target_sensed, dist2)
 
     def _uniform(self, selection: Selection, count: int) -> torch.Tensor:
         """``count`` positions uniform in the arena for the selected environments, ``[rows, count, 2]``."""
@@ -276,17 +291,15 @@ class Pursuit(MultiAgentVecEnv):
         return torch.cat(draws, 1).view(-1, count, 2)
 
     def _observe(self, out, env_ids=None):
-        scale = 2.0 / self.side
-        obs = torch.empty(self.num_envs, self.num_pursuers, out.shape[-1], device=self.device)
-        obs[..., :2] = self._pursuers * scale - 1.0
-        column = 2
-        if self.neighbours:
+        if self._seen is None:  # after a reset or a new state, not a step: index the pursuers where they are now
             self._pursuer_grid.build(self._pursuers)
-            rel, sensed, _, _ = self._pursuer_grid.query(self._pursuers, self.neighbours, self.sensing_range, True)
-            column = self._write_slots(obs, column, rel, sensed)
-        self._evader_grid.build(self._evaders)
-        rel, sensed, _, _ = self._evader_grid.query(self._pursuers, self.targets, self.sensing_range)
-        self._write_slots(obs, column, rel, sensed)
+            self._sense()
+        rel, sensed, target_rel, target_sensed, _ = self._seen
+        self._seen = None  # what the step sensed serves its final observation only
+        obs = torch.empty(self.num_envs, self.num_pursuers, out.shape[-1], device=self.device)
+        torch.mul(self._pursuers, 2.0 / self.side, out=obs[..., :2]).sub_(1.0)
+        column = 2 if rel is None else self._write_slots(obs, 2, rel, sensed)
+        self._write_slots(obs, column, target_rel, target_sensed)
         if env_ids is None:
             out.copy_(obs)
         else:
@@ -337,3 +350,4 @@ class Pursuit(MultiAgentVecEnv):
     def _load_episode_state_dict(self, state):
         super()._load_episode_state_dict(state)
         self._captures.copy_(state["captures"])
+        self._pursuer_grid.build(self._pursuers)  # the next step's fleeing reads it
