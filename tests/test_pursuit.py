@@ -86,6 +86,15 @@ def test_a_capture_rewards_the_capturers_and_the_evader_reappears():
     assert env.global_state[0, 4] == 1.0  # one capture so far, per evader
 
 
+def test_every_pursuer_within_the_radius_shares_a_capture():
+    env = placed(num_pursuers=3, num_evaders=1, capture_reward=10.0, distance_penalty=0.0)
+    # pursuers at 0.3 m and 0.4 m of the evader (which flees 0.07 m first, away from both), the third 5 m away
+    env.set_state(torch.tensor([[[5.0, 4.7], [5.4, 5.0], [1.0, 1.0], [5.0, 5.0]]]))
+    _, _, _, _, info = env.step(torch.zeros(1, 3, dtype=torch.long))
+    assert info["agent_reward"][0].tolist() == [10.0, 10.0, 0.0]
+    assert env.global_state[0, 4] == 1.0  # one evader captured once, however many captured it
+
+
 def test_evaders_flee_the_sensed_pursuers_and_slide_along_walls():
     env = placed(num_pursuers=1, num_evaders=2, targets=1)
     # evader 0 at (5, 5) with the pursuer 1 m to its left: it flees +x by 0.07 m; evader 1 by the left wall at
