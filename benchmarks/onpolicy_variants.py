@@ -47,6 +47,7 @@ import torch
 
 TASKS = ("CartPole-v1", "Pendulum-v1", "HalfCheetah-v5", "Hopper-v5", "Walker2d-v5")
 ALGOS = ("ppo", "bpo", "props", "fixpo")
+NAMES = {"ppo": "PPO", "bpo": "BPO", "props": "PROPS", "fixpo": "FixPO"}  # as the papers write them
 # Env steps per run: the shipped CartPole and Pendulum budgets (agents/hyperparams/ppo.yaml), and 1M on MuJoCo, the
 # budget of the PPO papers' MuJoCo tables.
 STEPS = {"CartPole-v1": 100_000, "Pendulum-v1": 300_000, "HalfCheetah-v5": 1_000_000, "Hopper-v5": 1_000_000,
@@ -244,7 +245,7 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
             }
             over = sum(run["updates_over_bound"] for run in runs)
             lines.append(
-                f"| {task} | {algo.upper()} | {runs[0]['env_steps']:,} | {common.mean_std(table[algo]['final'])} | "
+                f"| {task} | {NAMES[algo]} | {runs[0]['env_steps']:,} | {common.mean_std(table[algo]['final'])} | "
                 f"{common.best_of(table[algo]['final'])} | {common.mean_std(table[algo]['area'])} | "
                 f"{common.mean_std(table[algo]['timed'])} | {common.mean_std(table[algo]['fall'], '{:.0%}')} | "
                 f"{np.mean([run['seconds'] for run in runs]) / 60:.1f} | "
