@@ -307,12 +307,12 @@ def plot(rows: list[dict], randoms: dict[str, float], args, path: pathlib.Path) 
             runs = of(rows, task, algo)
             steps = [point["env_steps"] for point in runs[0]["curve"]]
             returns = np.array([[point["mean_return"] for point in run["curve"]] for run in runs])
-            axes[0][column].plot(steps, returns.mean(axis=0), color=f"C{colour}", label=algo.upper())
+            axes[0][column].plot(steps, returns.mean(axis=0), color=f"C{colour}", label=NAMES[algo])
             axes[0][column].fill_between(steps, returns.min(axis=0), returns.max(axis=0), color=f"C{colour}", alpha=0.2)
             for run in runs:
                 minutes = [point["wall_time_s"] / 60 for point in run["curve"]]
                 axes[1][column].plot(minutes, [point["mean_return"] for point in run["curve"]], color=f"C{colour}",
-                                     alpha=0.6, label=algo.upper() if run is runs[0] else None)  # fmt: skip
+                                     alpha=0.6, label=NAMES[algo] if run is runs[0] else None)  # fmt: skip
         for row, xlabel in enumerate(("env steps", "wall-clock (minutes)")):
             axes[row][column].axhline(randoms[task], color="grey", linestyle=":", label="random")
             axes[row][column].set(title=task, xlabel=xlabel)
