@@ -56,9 +56,9 @@ def collect(agent, env, buffer):
 
 
 def test_every_state_keeps_the_kl_bound_after_each_update():
-    # A learning rate far too high for the bound: the primary phase's minibatches overshoot it (their largest KL
-    # averages several times eps_KL), and the fixup brings every state of the rollout back inside.
-    agent, env = rollout_agent(lr=0.02, kl_bound=0.01)
+    # A learning rate far too high for the bound: the primary phase's minibatches overshoot it, and the fixup brings
+    # every state of the rollout back inside. (At 0.02 the third update stayed inside on an AMD EPYC.)
+    agent, env = rollout_agent(lr=0.05, kl_bound=0.01)
     buffer = agent.make_buffer(env.num_envs)
     for _ in range(3):
         collect(agent, env, buffer)
