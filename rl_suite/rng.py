@@ -62,7 +62,7 @@ class EnvStreams:
         self.device = device
         # Column 0: draws made by each stream so far; column 1: the stream's key. One gather reads both.
         self._streams = torch.zeros(num_envs, 2, device=device, dtype=torch.int32)
-        self._draw_offsets = torch.arange(129, device=device, dtype=torch.int32)  # up to 128 draws, and the count
+        self._draw_offsets = torch.arange(129, device=device, dtype=torch.int32)  # grown for calls of more draws
         self._c = _Constants(device)
         self.seed(seed)
 
@@ -104,15 +104,16 @@ class EnvStreams:
         mask: torch.Tensor | None = None,
         dtype: torch.dtype = torch.float32,
     ) -> torch.Tensor:
-        """The next ``size`` (at most 128) values of the selected streams, uniform in ``[low, high)``.
+        """The next ``size`` values of the selected streams, uniform in ``[low, high)``: draws k to k + size - 1 of
+        each stream, so one call of ``a + b`` values gives what a call of ``a`` then one of ``b`` would.
 
         Select environments by ``env_ids`` (returns ``[len(env_ids), size]``) or by a boolean ``mask``
         (returns ``[num_envs, size]``; rows outside the mask are filler and their streams do not move).
         """
         if (env_ids is None) == (mask is None):
             raise ValueError("pass exactly one of env_ids and mask")
-        if not 0 <= size <= 128:
-            raise ValueError(f"draw at most 128 values per call, got size={size}")
+        if size >= len(self._draw_offsets):  # once per larger size: the offsets of the draws, and the count
+            self._draw_offsets = torch.arange(size + 1, device=self.device, dtype=torch.int32)
         streams = self._streams if env_ids is None else self._streams.index_select(0, env_ids)
         # Each op costs about the same at the sizes met here, so the count of ops is what to keep small.
         bits = streams[:, :1] + self._draw_offsets[:size]  # [M, size] draw numbers

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import numpy as np
-import pytest
 import torch
 
 from rl_suite.rng import EnvStreams
@@ -59,17 +58,19 @@ def test_masked_and_indexed_draws_agree_and_only_selected_streams_move():
     assert by_index.counter.tolist() == [3 if m else 0 for m in mask.tolist()]
 
 
-def test_a_call_draws_up_to_128_values_and_counts_them():
+def test_a_call_of_any_size_continues_the_streams():
     """128 draws by index once left the counter where it was (the offsets ran out at 127), so the next call repeated
-    them; more than 128 are refused rather than cut short."""
+    them; and one call of a + b values is a call of a then one of b, whatever the sizes."""
     streams = EnvStreams(2, CPU, seed=3)
     first = streams.uniform(0, 1, 128, env_ids=torch.arange(2))
     assert first.shape == (2, 128) and streams.counter.tolist() == [128, 128]
     assert not torch.equal(streams.uniform(0, 1, 128, env_ids=torch.arange(2)), first)
     streams.uniform(0, 1, 128, mask=torch.tensor([True, False]))
     assert streams.counter.tolist() == [384, 256]
-    with pytest.raises(ValueError, match="draw at most 128 values per call, got size=129"):
-        streams.uniform(0, 1, 129, env_ids=torch.arange(2))
+    whole, parts = EnvStreams(2, CPU, seed=5), EnvStreams(2, CPU, seed=5)
+    big = whole.uniform(-2.0, 3.0, 300, env_ids=torch.arange(2))
+    pieces = [parts.uniform(-2.0, 3.0, k, mask=torch.ones(2, dtype=torch.bool)) for k in (128, 100, 72)]
+    assert torch.equal(big, torch.cat(pieces, 1)) and torch.equal(whole.counter, parts.counter)
 
 
 def test_reseeding_restarts_and_float64_draws_are_supported():

@@ -219,13 +219,9 @@ class _ParticleWorld(MultiAgentVecEnv):
             out.index_copy_(0, env_ids, state)
 
     def _reset_envs(self, selection: Selection):
+        # Uniform positions; zero velocities.
         size = self._reset_low.numel()
-        # Uniform positions (at most 128 draws per call); zero velocities.
-        draws = [
-            selection.uniform(self.rng, self._reset_low[i : i + 128], self._reset_high[i : i + 128], k, torch.float32)
-            for i, k in ((i, min(128, size - i)) for i in range(0, size, 128))
-        ]
-        positions = torch.cat(draws, dim=1) if len(draws) > 1 else draws[0]
+        positions = selection.uniform(self.rng, self._reset_low, self._reset_high, size, torch.float32)
         values = torch.zeros(positions.shape[0], self.num_entities, 4, device=self.device)
         values[..., 0:2] = positions.view(-1, self.num_entities, 2)
         selection.write(self._state, values)

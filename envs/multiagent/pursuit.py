@@ -284,11 +284,7 @@ class Pursuit(MultiAgentVecEnv):
 
     def _uniform(self, selection: Selection, count: int) -> torch.Tensor:
         """``count`` positions uniform in the arena for the selected environments, ``[rows, count, 2]``."""
-        size = 2 * count
-        draws = [
-            selection.uniform(self.rng, 0.0, self.side, min(128, size - i), torch.float32) for i in range(0, size, 128)
-        ]
-        return torch.cat(draws, 1).view(-1, count, 2)
+        return selection.uniform(self.rng, 0.0, self.side, 2 * count, torch.float32).view(-1, count, 2)
 
     def _observe(self, out, env_ids=None):
         if self._seen is None:  # after a reset or a new state, not a step: index the pursuers where they are now
