@@ -38,7 +38,7 @@ from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import ReplayBuffer, transition_spec
-from rl_suite.deploy.inference import FrozenNorm, FrozenScale, InferencePolicy, tensor_spec
+from rl_suite.deploy.inference import FrozenNorm, FrozenScale, InferencePolicy, random_availability, tensor_spec
 from rl_suite.networks import ActionScaler, EnsembleMLP
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
@@ -301,11 +301,5 @@ class MADDPGInference(InferencePolicy):
         return self.scale(torch.tanh(out))
 
     def parity_inputs(self, count: int, seed: int) -> list[torch.Tensor]:
-        """Random availability masks with at least one available action per agent."""
-        if not self.discrete:
-            return []
-        generator = torch.Generator().manual_seed(seed + 1)
-        num_agents, n_actions = self.action_space.shape[0], int(self.action_space.nvec.max())
-        avail = torch.rand(count, num_agents, n_actions, generator=generator) < 0.6
-        first = torch.randint(0, n_actions, (count, num_agents, 1), generator=generator)
-        return [avail.scatter(-1, first, True)]
+        """Random availability masks with at least one available action per agent (and only actions an agent has)."""
+        return [random_availability(self.action_space, count, seed)] if self.discrete else []

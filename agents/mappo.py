@@ -39,7 +39,14 @@ from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import RolloutBuffer, gae, transition_spec
-from rl_suite.deploy.inference import ExportError, FrozenNorm, FrozenScale, InferencePolicy, tensor_spec
+from rl_suite.deploy.inference import (
+    ExportError,
+    FrozenNorm,
+    FrozenScale,
+    InferencePolicy,
+    random_availability,
+    tensor_spec,
+)
 from rl_suite.networks import ActionScaler, Categorical, DiagGaussian, RecurrentMLP, RunningNorm
 from rl_suite.onpolicy import clipped_surrogate, train_epochs, weighted_mean
 from rl_suite.optim import finite_or_warn, gradient_step
@@ -406,13 +413,4 @@ class MAPPOInference(InferencePolicy):
 
     def parity_inputs(self, count: int, seed: int) -> list[torch.Tensor]:
         """Random availability masks with at least one available action per agent (and only actions an agent has)."""
-        if not self.discrete:
-            return []
-        generator = torch.Generator().manual_seed(seed + 1)
-        nvec = torch.as_tensor(self.action_space.nvec)
-        num_agents, n_actions = len(nvec), int(nvec.max())
-        exists = torch.arange(n_actions) < nvec.unsqueeze(-1)  # [A, n]
-        avail = (torch.rand(count, num_agents, n_actions, generator=generator) < 0.6) & exists
-        first = torch.randint(0, 1 << 30, (count, num_agents), generator=generator) % nvec
-        avail.scatter_(-1, first.unsqueeze(-1), True)
-        return [avail]
+        return [random_availability(self.action_space, count, seed)] if self.discrete else []

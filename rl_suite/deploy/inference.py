@@ -111,6 +111,18 @@ class InferencePolicy(nn.Module):
         return []
 
 
+def random_availability(action_space: gym.spaces.MultiDiscrete, count: int, seed: int) -> torch.Tensor:
+    """``count`` random availability masks ``[count, A, n]`` for a team's parity check: each agent has at least one
+    available action, and only actions it has (agent a has ``nvec[a]`` of the ``n`` columns)."""
+    generator = torch.Generator().manual_seed(seed + 1)
+    nvec = torch.as_tensor(action_space.nvec)
+    num_agents, n_actions = len(nvec), int(nvec.max())
+    exists = torch.arange(n_actions) < nvec.unsqueeze(-1)  # [A, n]
+    avail = (torch.rand(count, num_agents, n_actions, generator=generator) < 0.6) & exists
+    first = torch.randint(0, 1 << 30, (count, num_agents), generator=generator) % nvec
+    return avail.scatter_(-1, first.unsqueeze(-1), True)
+
+
 def frozen(policy: InferencePolicy) -> InferencePolicy:
     """A copy of ``policy`` that shares nothing with the agent: on the CPU, in eval mode, without gradients."""
     return copy.deepcopy(policy).cpu().eval().requires_grad_(False)
