@@ -218,9 +218,8 @@ class Pursuit(MultiAgentVecEnv):
         self._positions = torch.zeros(n, p + e, 2, device=device)
         self._pursuers, self._evaders = self._positions[:, :p], self._positions[:, p:]
         self._moves = torch.tensor(MOVES, device=device) * self.pursuer_step
-        cell = max(self.sensing_range, 1e-6)
-        self._pursuer_grid = CellGrid(n, self.side, cell, cell_capacity, device)
-        self._evader_grid = CellGrid(n, self.side, cell, cell_capacity, device)
+        self._pursuer_grid = CellGrid(n, self.side, self.sensing_range, cell_capacity, device)
+        self._evader_grid = CellGrid(n, self.side, self.sensing_range, cell_capacity, device)
         self._captures = torch.zeros(n, device=device)  # in the running episode
         self._seen = None  # what the pursuers sensed in the step just taken, for its observation
         self._final_metrics = {"captures_per_evader": torch.zeros(n, device=device)}
