@@ -83,9 +83,12 @@ def _cmd_train(args) -> int:
     # Under torchrun: join the process group, train on cuda:LOCAL_RANK, and seed each rank differently.
     device = distributed.init(config.device, config.distributed_timeout_s)
     try:
-        return _train(algo, config, agent_values, device, run_dir, bool(args.resume))
-    finally:
-        distributed.shutdown()
+        code = _train(algo, config, agent_values, device, run_dir, bool(args.resume))
+    except BaseException:
+        distributed.shutdown(finished=False)
+        raise
+    distributed.shutdown()
+    return code
 
 
 def _train(algo, config, agent_values: dict, device, run_dir, resume: bool) -> int:

@@ -79,9 +79,15 @@ def init(device: str | torch.device = "cpu", timeout_s: float = 1800.0) -> torch
     return device
 
 
-def shutdown() -> None:
+def shutdown(finished: bool = True) -> None:
+    """Leave the process group. After a run that ``finished`` on every rank, the ranks first meet at a barrier: a
+    rank that tears down its gloo connections while another still sends to it or receives from it (the last
+    checkpoint's gather) can abort the process ("terminate called without an active exception"). After an error
+    there is no barrier, since the other ranks may never reach it."""
     global _world_size, _rank
     if dist.is_initialized():
+        if finished:
+            dist.barrier()
         dist.destroy_process_group()
     _world_size, _rank = 1, 0
 
