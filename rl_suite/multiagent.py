@@ -223,7 +223,7 @@ class MultiAgentCollector(Collector):
         if buffer is not None and "agent_reward" in buffer.fields and not env.has_agent_rewards:
             raise ValueError(f"{agent.name} was set to learn per-agent rewards, but {env} reports none")
         super().__init__(env, agent, buffer, act, seed=seed)
-        self.stats = EpisodeStats(env.device, wins=env.has_winner)
+        self.stats = EpisodeStats(env.device, wins=env.has_winner, metrics=env.episode_metric_names)
         # Collector-owned copies: the env overwrites its buffers on every step.
         self.inputs = {"obs": self.obs, **{key: value.clone() for key, value in env_inputs(env).items()}}
         self.memory = agent.initial_memory(env.num_envs)

@@ -166,3 +166,20 @@ def test_wrong_actions_get_clear_errors():
         continuous.step(torch.zeros(2, 5, 2, dtype=torch.long))
     with pytest.raises(ValueError, match=r"expects actions of shape \(2, 5, 2\)"):
         continuous.step(torch.zeros(2, 5))
+
+
+def test_a_mappo_run_reports_captures_per_evader_from_training_and_evaluation(tmp_path):
+    """The team collector sums the task's episode metric as the single-agent one does (it once ignored it, and the
+    runner's log then failed with a KeyError at the first window in which an episode ended)."""
+    import json
+
+    from rl_suite.agents import MAPPO
+
+    env = rl_suite.make("Pursuit-v0", num_envs=4, seed=0, num_pursuers=8, max_episode_steps=10)
+    agent = MAPPO.for_env(env, MAPPO.Config(n_steps=10, epochs=1, minibatches=1, hidden=(16,)))
+    agent.learn(
+        env, total_steps=120, run_dir=tmp_path / "run", log_every_steps=40, eval_every_steps=80, eval_episodes=2,
+        progress=False, env_kwargs=dict(num_pursuers=8, max_episode_steps=10),
+    )  # fmt: skip
+    rows = json.loads((tmp_path / "run" / "summary.json").read_text())["evaluations"]
+    assert rows and all(row["rollout_captures_per_evader"] >= 0 and row["captures_per_evader"] >= 0 for row in rows)
