@@ -268,8 +268,9 @@ def scripted_win_rates(task: str, episodes: int = 1000) -> dict[str, float]:
     }
 
 
-def references(tasks, seed: int) -> list[str]:
-    """What play that learned nothing gets: one line per task."""
+def references(tasks, seed: int, methods=tuple(METHODS)) -> list[str]:
+    """What play that learned nothing gets: one line per task, and one more where a method's shipped settings
+    choose continuous actions there (MADDPG's Spread: uniform forces, not uniform moves)."""
     lines = []
     for task in tasks:
         random_play = common.random_policy_evaluation(task, EVAL_EPISODES, seed)
@@ -281,6 +282,17 @@ def references(tasks, seed: int) -> list[str]:
                 f"focus fire {rates['focus fire']:.1%}"
             )
         lines.append(line)
+        continuous = [
+            method
+            for method in methods
+            if (common.shipped_settings(METHODS[method][0], task).get("env_kwargs") or {}).get("continuous_actions")
+        ]
+        if continuous:
+            random_forces = common.random_policy_evaluation(task, EVAL_EPISODES, seed, continuous_actions=True)
+            lines.append(
+                f"- {task} with continuous actions ({', '.join(continuous)}): random play, return "
+                f"{random_forces['mean_return']:.2f}"
+            )
     return lines
 
 
@@ -311,7 +323,7 @@ def write_training(rows: list[dict], args, directory: pathlib.Path = common.RESU
         "play and of a scripted focus-fire policy (every living ally attacks the weakest enemy in range, else walks "
         "toward the nearest):",
         "",
-        *references(args.tasks, args.seeds[0]),
+        *references(args.tasks, args.seeds[0], args.methods),
         "",
         "| task | method | env steps (mean) | final (mean ± std) | best (seed k) | peak (mean ± std) "
         "| 90% wins reached |",
