@@ -153,6 +153,16 @@ def sac_verdict(task: str, sac: common.OverSeeds | None) -> str:
     return common.verdict(sac.mean + sac.std >= PUBLISHED[task][0])
 
 
+def overall_sac_verdict(met: int, missed: int, tasks: int, seeds) -> str:
+    """The goal over all tasks: missed as soon as one task misses it, met when every task meets it, and undecided
+    while some task's SAC runs are missing (it could still meet it there)."""
+    if len(seeds) < common.MIN_PUBLISHED_SEEDS:
+        return f"no verdict with {common.count(seeds, 'seed')}."
+    if missed or met == tasks:
+        return f"{common.verdict(met == tasks)}, {met} of {tasks} tasks."
+    return f"not decided yet: met on {met} of the {met + missed} tasks with SAC runs, {tasks - met - missed} to run."
+
+
 def settings_line(algo: str, task: str) -> str:
     shipped = common.shipped_settings(algo, env_id(task))
     keys = ("num_envs", "hidden", "lr", "batch_size", "utd_ratio", "n_step", "n_steps", "epochs", "minibatches")
@@ -216,15 +226,7 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
         "the task.",
         "",
         "Goal (our SAC's mean plus one standard deviation over seeds at least TD-MPC2's SAC mean, on each task): "
-        + (
-            f"no verdict with {common.count(args.seeds, 'seed')}."
-            if len(args.seeds) < common.MIN_PUBLISHED_SEEDS
-            else f"{common.verdict(met == len(args.tasks))}, {met} of {len(args.tasks)} tasks."
-            if missed or met == len(args.tasks)
-            # a task whose SAC runs are missing can still meet it: no overall verdict yet
-            else f"not decided yet: met on {met} of the {met + missed} tasks with SAC runs, "
-            f"{len(args.tasks) - met - missed} to run."
-        ),
+        + overall_sac_verdict(met, missed, len(args.tasks), args.seeds),
         "",
         "Settings: " + "; ".join(settings_line(algo, args.tasks[0]) for algo in args.algos) + ".",
         "",

@@ -21,6 +21,7 @@ BENCHMARKS = pathlib.Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared module as `common`, as when run from there
 
 import common  # noqa: E402
+import dmc_learning  # noqa: E402
 import mujoco_suite  # noqa: E402
 import offpolicy  # noqa: E402
 import onpolicy_variants  # noqa: E402
@@ -364,3 +365,13 @@ def test_onpolicy_variants_measure_each_policy_update_kl(algo):
     assert result["updates_over_bound"] == 0 and result["curve"][-1]["env_steps"] == 512
     if algo == "fixpo":
         assert 0 <= result["fixup_share"] < 1 and result["fixup_capped"] == 0
+
+
+def test_the_dmc_goal_waits_for_tasks_without_sac_runs_and_a_single_miss_decides_it():
+    seeds = [0, 1, 2]
+    assert dmc_learning.overall_sac_verdict(3, 0, 5, seeds) == (
+        "not decided yet: met on 3 of the 3 tasks with SAC runs, 2 to run."
+    )
+    assert dmc_learning.overall_sac_verdict(2, 1, 5, seeds) == "missed, 2 of 5 tasks."
+    assert dmc_learning.overall_sac_verdict(5, 0, 5, seeds) == "met, 5 of 5 tasks."
+    assert dmc_learning.overall_sac_verdict(0, 0, 2, [0]) == "no verdict with 1 seed."
