@@ -70,6 +70,7 @@ def _cmd_train(args) -> int:
         "stop_at_win_rate": args.stop_at_win_rate,
         "compile": args.compile,
         "compile_exact": args.compile_exact,
+        "loggers": args.logger,
     }
     flags = {key: value for key, value in flags.items() if value is not None}
     overrides = {**flags, **parse_assignments(args.set)}
@@ -269,6 +270,11 @@ def build_parser() -> argparse.ArgumentParser:
         action="store_true",
         default=None,
         help="with --compile compile on the CPU: bitwise equal to eager (rl_suite/exact_compile.py)",
+    )
+    train.add_argument(
+        "--logger",
+        metavar="NAMES",
+        help="experiment trackers, comma-separated: tensorboard (the default), wandb (WANDB_MODE=offline: no network)",
     )
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")

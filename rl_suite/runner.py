@@ -4,7 +4,8 @@ A run stops at a step budget, at a time budget, or when the evaluation's mean re
 leaves behind its run directory:
 
     config.yaml          every setting, enough to rerun
-    events.out.tfevents* TensorBoard scalars (and evaluation videos)
+    events.out.tfevents* TensorBoard scalars (and evaluation videos), with the tensorboard logger (the default)
+    wandb/, wandb-run-id Weights & Biases' files and its run's id, with the wandb logger (rl_suite/logger.py)
     videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
     summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve: each evaluation's
@@ -46,6 +47,7 @@ from rl_suite.collector import Collector
 from rl_suite.compiled import make_collector
 from rl_suite.config import to_plain
 from rl_suite.env import VecEnv
+from rl_suite.logger import NullLogger, RunLogger, tracker_names
 from rl_suite.multiagent import MultiAgentCollector, MultiAgentVecEnv
 
 
@@ -93,6 +95,9 @@ class RunConfig:
     """How many of the newest checkpoints to keep."""
     checkpoint_buffer: bool = True
     """Include a replay buffer's contents in checkpoints, so that a resumed off-policy run continues exactly."""
+    loggers: str = "tensorboard"
+    """The experiment trackers that get the scalars and videos, comma-separated: ``tensorboard`` (event files in the
+    run directory) and ``wandb`` (Weights & Biases; ``WANDB_MODE=offline`` for no network). See rl_suite/logger.py."""
     progress: bool = True
     """Show progress on stderr: a bar on a terminal; without one (CI, ``nohup``, a file), one summary line per log
     interval, at most one every 5 s (steps, steps/s, mean return of the episodes that ended, the last evaluation)."""
@@ -182,6 +187,7 @@ class Runner:
             )
         if config.stop_at_win_rate is not None and not getattr(env, "has_winner", False):
             raise ValueError(f"stop_at_win_rate needs a task with winners (a skirmish); {env} has none")
+        tracker_names(config.loggers)  # a misspelt tracker fails here, before anything is built or written
         run_dir = pathlib.Path(run_dir) if run_dir is not None else default_run_dir(config)
         self.run_dir = pathlib.Path(distributed.broadcast_object(str(run_dir)))  # rank 0's name (a time stamp)
         if distributed.is_main():
@@ -232,11 +238,14 @@ class Runner:
     # -- the loop ---------------------------------------------------------------------------------------------
 
     def run(self) -> dict[str, Any]:
-        from rl_suite.logger import NullLogger, RunLogger
 
         config, main = self.config, distributed.is_main()
         steps_per_iteration = self.agent.steps_per_iteration * self.env.num_envs * distributed.world_size()
-        logger = RunLogger(self.run_dir, config.total_steps, self.env_steps, config.progress) if main else NullLogger()
+        if main:
+            logger = RunLogger(self.run_dir, config.total_steps, self.env_steps, config.progress,
+                               loggers=config.loggers, config=self._config_data())  # fmt: skip
+        else:
+            logger = NullLogger()
         started = time.perf_counter() - self.wall_time_before
         window = (time.perf_counter(), self.env_steps, self.iterations)
         metrics: dict[str, torch.Tensor] = {}
@@ -349,7 +358,7 @@ class Runner:
         """Record one evaluation episode; a video that cannot be made (no renderer, no OpenGL) costs a message,
         never the run."""
         from rl_suite.registry import make
-        from rl_suite.video import record_episode, write_video
+        from rl_suite.video import record_episode, write_gif
 
         try:
             if self.video_env is None:
@@ -363,8 +372,8 @@ class Runner:
             self.next_video = math.inf
             return
         fps = 1.0 / getattr(self.video_env, "dt", 1.0 / 30)
-        path = self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif"
-        write_video(logger.writer, path, "eval/video", frames, self.env_steps, fps)
+        path = write_gif(self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif", frames, fps)
+        logger.video("eval/video", path, frames.shape[1:], self.env_steps)
 
     def _summary(self, wall_time: float) -> dict[str, Any]:
         summary = {
@@ -387,11 +396,14 @@ class Runner:
 
     # -- the run directory ------------------------------------------------------------------------------------
 
-    def _write_config(self) -> None:
+    def _config_data(self) -> dict[str, Any]:
         data = {"run": to_plain(self.config), "agent": to_plain(self.agent.config)}
         if distributed.world_size() > 1:
             data["distributed"] = {"world_size": distributed.world_size()}
-        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+        return data
+
+    def _write_config(self) -> None:
+        (self.run_dir / "config.yaml").write_text(yaml.safe_dump(self._config_data(), sort_keys=False))
 
     def _local_state(self) -> dict[str, Any]:
         """What differs between ranks: the env, the collector, the buffer, the random streams and the agent's

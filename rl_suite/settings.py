@@ -20,8 +20,9 @@ from rl_suite.config import ConfigError, read_yaml, split_overrides, to_plain
 from rl_suite.registry import trusted_env_spec
 from rl_suite.runner import RunConfig
 
-RESUMABLE = frozenset({"total_steps", "time_budget_s", "stop_at_return", "stop_at_win_rate", "progress"})
-"""The settings a resumed run may change; the others stay as the run started."""
+RESUMABLE = frozenset({"total_steps", "time_budget_s", "stop_at_return", "stop_at_win_rate", "progress", "loggers"})
+"""The settings a resumed run may change (what the run reports to, not what it trains); the others stay as the run
+started."""
 
 
 def tuned_settings(algo, env_id: str) -> dict:

@@ -1,5 +1,5 @@
 """Videos of evaluation episodes: rendered frames of one environment, written as an animated GIF into the run
-directory and into TensorBoard (as an animated image, which is what TensorBoard's own add_video writes)."""
+directory, which the run's trackers log (rl_suite/logger.py)."""
 
 from __future__ import annotations
 
@@ -31,13 +31,8 @@ def gif_bytes(frames: np.ndarray, fps: float) -> bytes:
     return iio.imwrite("<bytes>", frames, extension=".gif", duration=1000.0 / fps, loop=0)
 
 
-def write_video(writer, path: pathlib.Path, tag: str, frames: np.ndarray, step: int, fps: float) -> None:
-    """Save the GIF at ``path`` and add it to the TensorBoard ``writer`` (a ``SummaryWriter``) under ``tag``."""
-    from tensorboard.compat.proto.summary_pb2 import Summary
-
-    data = gif_bytes(frames, fps)
+def write_gif(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.Path:
+    """Save the frames as an animated GIF at ``path`` (the run's trackers then log that file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(data)
-    height, width, channels = frames.shape[1:]
-    image = Summary.Image(height=height, width=width, colorspace=channels, encoded_image_string=data)
-    writer.file_writer.add_summary(Summary(value=[Summary.Value(tag=tag, image=image)]), step)
+    path.write_bytes(gif_bytes(frames, fps))
+    return path

@@ -272,7 +272,7 @@ def test_learn_refuses_to_resume_what_the_cli_refuses(tmp_path):
         f"{run_dir} is a run of ppo on CartPole-v1, not of ppo on Acrobot-v1",
         *build(PPO, "Acrobot-v1", TINY_PPO),
     )
-    resumable = "['progress', 'stop_at_return', 'stop_at_win_rate', 'time_budget_s', 'total_steps']"
+    resumable = "['loggers', 'progress', 'stop_at_return', 'stop_at_win_rate', 'time_budget_s', 'total_steps']"
     only = f"a resumed run keeps its settings; only {resumable} may change"
     refused(ConfigError, only, agent, env, eval_episodes=3)
     keeps = "a resumed run keeps its settings, so build the agent and the env as the run's config.yaml says"
