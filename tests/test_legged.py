@@ -497,6 +497,10 @@ def test_an_exported_legged_policy_returns_joint_offsets_and_carries_the_robot_e
     assert video.stat().st_size > 0 and result["seconds"] == pytest.approx(0.2)
     assert result["tracking_error_lin"] >= 0 and len(result["mean_velocity"]) == 3
     assert main(["play", str(report.path), "--seconds", "0.1", "--no-viewer"]) == 0
+    # a video that cannot be written is refused before the episode runs, and nothing is written
+    with pytest.raises(ValueError, match=r"cannot write a \.avi video .*: give a \.gif or an \.mp4 file"):
+        play(str(report.path), seconds=0.1, video=str(tmp_path / "out" / "ant.avi"), viewer=False)
+    assert not (tmp_path / "out").exists()
 
 
 def test_a_file_without_the_robot_entry_is_refused_for_a_robot(tmp_path):

@@ -169,6 +169,8 @@ def play(
 
     from rl_suite.deploy.runtime import load_policy
 
+    if video is not None:
+        check_video_path(Path(video))  # before the episode is run, not after
     path = Path(policy_path) if policy_path is not None else SHIPPED_POLICIES / "quadruped_flat.onnx"
     if policy_path is None and not path.is_file():
         raise ValueError(
@@ -227,18 +229,30 @@ def play(
     }
 
 
+VIDEO_FORMATS = (".gif", ".mp4")
+
+
+def check_video_path(path: Path) -> None:
+    """Refuse a video file that cannot be written: another format, or an MP4 without imageio-ffmpeg."""
+    suffix = path.suffix.lower()
+    if suffix not in VIDEO_FORMATS:
+        raise ValueError(f"cannot write a {suffix or 'suffixless'} video ({path}): give a .gif or an .mp4 file")
+    if suffix == ".mp4":
+        try:
+            import imageio_ffmpeg  # noqa: F401
+        except ImportError:
+            raise ValueError(
+                "writing .mp4 videos needs imageio-ffmpeg (pip install imageio-ffmpeg); .gif needs nothing"
+            ) from None
+
+
 def _write_video(path: Path, frames: np.ndarray, fps: float) -> None:
-    """``frames`` ``[T, H, W, 3]`` as a GIF, or as an MP4 through imageio-ffmpeg."""
+    """``frames`` ``[T, H, W, 3]`` as a GIF, or as an MP4 through imageio-ffmpeg (``check_video_path``)."""
     import imageio.v3 as iio
 
+    check_video_path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     if path.suffix.lower() == ".gif":
         iio.imwrite(path, frames, extension=".gif", duration=1000.0 / fps, loop=0)
-        return
-    try:
-        import imageio_ffmpeg  # noqa: F401
-    except ImportError:
-        raise ValueError(
-            f"writing {path.suffix} videos needs imageio-ffmpeg (pip install imageio-ffmpeg); .gif needs nothing"
-        ) from None
-    iio.imwrite(path, frames, fps=fps, codec="libx264")
+    else:
+        iio.imwrite(path, frames, fps=fps, codec="libx264")
