@@ -91,15 +91,19 @@ def offline_history(offline: pathlib.Path) -> dict[int, dict]:
     return history
 
 
-def offline_config(offline: pathlib.Path) -> dict:
+def offline_run_record(offline: pathlib.Path):
     [run] = [record.run for record in offline_records(offline) if record.WhichOneof("record_type") == "run"]
-    return {item.key: json.loads(item.value_json) for item in run.config.update}
+    return run
+
+
+def offline_config(offline: pathlib.Path) -> dict:
+    return {item.key: json.loads(item.value_json) for item in offline_run_record(offline).config.update}
 
 
 def test_wandb_offline_gets_tensorboards_scalars_and_the_config(tmp_path, offline_wandb):
     summary = train(tmp_path, loggers="tensorboard,wandb")
     [offline] = offline_runs(tmp_path)
-    assert offline.name.endswith((tmp_path / "wandb-run-id").read_text().strip())
+    assert offline_run_record(offline).run_id == (tmp_path / "wandb-run-id").read_text().strip()
     scalars = tensorboard_scalars(tmp_path)
     assert "eval/mean_return" in scalars and "train/policy_loss" in scalars
     history = offline_history(offline)
@@ -119,8 +123,8 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, offline_wandb):
     assert not list(tmp_path.glob("events.out.tfevents*"))  # wandb alone: no TensorBoard files
     run_id = (tmp_path / "wandb-run-id").read_text().strip()
     train(tmp_path, resume=True, loggers="wandb")
-    first, second = offline_runs(tmp_path)
-    assert first.name.endswith(run_id) and second.name.endswith(run_id)
+    first, second = offline_runs(tmp_path)  # the second may be named <first>-1 when both start within a second
+    assert offline_run_record(first).run_id == run_id and offline_run_record(second).run_id == run_id
     assert sorted(offline_history(first)) == [160, 320] and sorted(offline_history(second)) == [480, 640]
 
 
