@@ -122,16 +122,19 @@ class FinishedRuns:
         if (self.fresh and path not in self._written) or not path.exists():
             return None
         stored = json.loads(path.read_text())
-        return {**stored["result"], "commit": stored["commit"]} if stored.get("job") == job else None
+        if stored.get("job") != job:
+            return None
+        return {**stored["result"], "commit": stored["commit"], "machine": stored.get("machine", "not recorded")}
 
     def put(self, job: dict, result: dict) -> dict:
         """Store ``result`` as ``job``'s (atomically); returns it as ``get`` would."""
         path, commit = self._path(job), git_commit()
         temporary = path.with_suffix(".tmp")
-        temporary.write_text(json.dumps({"job": job, "commit": commit, "result": result}))
+        machine = cpu_name()  # wall-clock columns mean something only per machine
+        temporary.write_text(json.dumps({"job": job, "commit": commit, "machine": machine, "result": result}))
         os.replace(temporary, path)
         self._written.add(path)
-        return {**result, "commit": commit}
+        return {**result, "commit": commit, "machine": machine}
 
 
 def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
@@ -146,9 +149,15 @@ def add_resume_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def commits_line(rows: list[dict]) -> str:
-    """Which commits the runs ran at (a suite resumed across commits mixes them, and says so)."""
+    """Which commits the runs ran at (a suite resumed across commits mixes them, and says so), and, where the runs
+    were not all made on this machine, which machines they were made on (kept runs from before machines were
+    recorded say ``not recorded``)."""
     commits = list(dict.fromkeys(row.get("commit", "unknown") for row in rows))
-    return f"Code: commit {commits[0]}." if len(commits) == 1 else f"Code: runs from commits {', '.join(commits)}."
+    line = f"Code: commit {commits[0]}." if len(commits) == 1 else f"Code: runs from commits {', '.join(commits)}."
+    machines = list(dict.fromkeys(row.get("machine", "not recorded") for row in rows))
+    if machines != [cpu_name()]:
+        line += f" Runs made on: {'; '.join(machines)} (wall-clock is comparable only between runs on one machine)."
+    return line
 
 
 def git_commit() -> str:

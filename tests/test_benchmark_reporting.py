@@ -120,7 +120,13 @@ def test_a_stopped_suite_resumes_with_the_runs_it_finished_and_reruns_only_the_r
     assert [(r["lib"], r["seed"], r["final_return"]) for r in rows] == [
         ("ours", 0, 100.0), ("sb3", 0, 100.0), ("ours", 1, 101.0), ("sb3", 1, 101.0)
     ]  # fmt: skip
-    assert common.commits_line(rows).startswith("Code: commit ")
+    assert common.commits_line(rows).startswith("Code: commit ") and "Runs made on" not in common.commits_line(rows)
+    assert {row["machine"] for row in rows} == {common.cpu_name()}
+    elsewhere = [*rows, {**rows[0], "machine": "Some Other CPU, 8 cores"}]
+    assert common.commits_line(elsewhere).endswith(
+        f"Runs made on: {common.cpu_name()}; Some Other CPU, 8 cores (wall-clock is comparable only between runs on "
+        "one machine)."
+    )
     # a different budget is a different job; --fresh ignores what is kept
     args.minutes = 5
     mujoco_suite.run_all(args)
