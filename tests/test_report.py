@@ -38,7 +38,7 @@ def test_the_curve_band_is_the_mean_over_seeds_with_a_bootstrap_interval():
     curves = np.array([[0.0, 1.0, 2.0], [0.0, 3.0, 4.0], [0.0, 2.0, 6.0]])
     mean, lower, upper = curve_band(curves, reps=4000)
     np.testing.assert_allclose(mean, [0.0, 2.0, 4.0])
-    np.testing.assert_allclose(lower[0], 0.0) and np.testing.assert_allclose(upper[0], 0.0)  # no spread, no band
+    assert lower[0] == upper[0] == 0.0  # no spread, no band
     # the resampled means of three seeds lie between the smallest and the largest seed's value
     assert 1.0 <= lower[1] < 2.0 < upper[1] <= 3.0 and 2.0 <= lower[2] < 4.0 < upper[2] <= 6.0
     with pytest.raises(ValueError, match=r"curves must be \[seeds, points\]"):
