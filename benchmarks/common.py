@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from rl_suite.device import cpu_name
+
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 DEFAULT_SEEDS = (0, 1, 2)
 MIN_PUBLISHED_SEEDS = 3  # fewer seeds make a smoke test, not a result
@@ -174,20 +176,6 @@ def git_commit() -> str:
 
 
 # -- the machine and the clock ---------------------------------------------------------------------------------------
-
-
-def cpu_name() -> str:
-    """The CPU's model name (from /proc/cpuinfo), and its count of logical cores."""
-    import os
-    import platform
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    return f"{cpu}, {os.cpu_count()} cores"
 
 
 class SimulatedClock:

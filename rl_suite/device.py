@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import platform
+
 import torch
 
 
@@ -14,3 +17,15 @@ def resolve_device(device: str | torch.device) -> torch.device:
         if device.index is None:
             device = torch.device("cuda", torch.cuda.current_device())
     return device
+
+
+def cpu_name() -> str:
+    """The CPU's model name (from /proc/cpuinfo), and its count of logical cores: the machine a result was measured
+    on."""
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            cpu = next(line.split(":", 1)[1].strip() for line in f if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    return f"{cpu}, {os.cpu_count()} cores"

@@ -10,7 +10,12 @@ a 95% stratified-bootstrap confidence interval (runs resampled within each task)
 
 from __future__ import annotations
 
+import csv
+import math
+import pathlib
+
 import numpy as np
+import yaml
 
 AGGREGATES = ("IQM", "median", "mean", "optimality gap")
 
@@ -75,3 +80,212 @@ def on_grid(xs: list[np.ndarray], ys: list[np.ndarray], points: int = 50) -> tup
     grid = np.linspace(0.0, min(float(np.max(x)) for x in xs), points)
     curves = [np.interp(grid, np.asarray(x, float), np.asarray(y, float)) for x, y in zip(xs, ys, strict=True)]
     return grid, np.stack(curves)
+
+
+def performance_profile(table: np.ndarray, taus: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple:
+    """rliable's score distribution (Agarwal et al., section 4): at each threshold ``tau``, the fraction of runs whose
+    normalised score exceeds it, averaged over tasks; ``table`` is ``[runs, tasks]``. Returns the profile and its
+    95% stratified-bootstrap band, ``(profile, lower, upper)``, each ``[len(taus)]``."""
+    table = np.asarray(table, dtype=float)
+    runs, tasks = table.shape
+
+    def profile(scores: np.ndarray) -> np.ndarray:
+        return (scores[None, :, :] > np.asarray(taus)[:, None, None]).mean(axis=(1, 2))
+
+    rng = np.random.default_rng(seed)
+    rows = rng.integers(0, runs, size=(reps, runs, tasks))
+    resampled = np.array([profile(table[rows[r], np.arange(tasks)]) for r in range(reps)])
+    lower, upper = np.percentile(resampled, [2.5, 97.5], axis=0)
+    return profile(table), lower, upper
+
+
+# -- the report of a benchmark directory (rl-suite benchmark) ----------------------------------------------------
+
+
+def load_references(path: str | pathlib.Path | None = None) -> dict[str, dict]:
+    """The reference scores (``rl_suite/reference_scores.yaml``, written by benchmarks/random_scores.py, or a file of
+    the same layout): task id -> ``random``, ``reference`` and their sources."""
+    path = pathlib.Path(path) if path is not None else pathlib.Path(__file__).with_name("reference_scores.yaml")
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except (OSError, yaml.YAMLError) as error:
+        raise ValueError(f"cannot read the reference scores {path}: {error}") from None
+    if not isinstance(data, dict):
+        raise ValueError(f"{path} must map task ids to their random and reference scores")
+    for env_id, entry in data.items():
+        numbers = isinstance(entry, dict) and all(
+            isinstance(entry.get(key), int | float) and not isinstance(entry.get(key), bool)
+            for key in ("random", "reference")
+        )
+        if not numbers or entry["random"] == entry["reference"]:
+            raise ValueError(f"{path}: {env_id} needs two different numbers, random and reference, got {entry!r}")
+    return data
+
+
+def write_report(folder: pathlib.Path, runs: list[dict], expected: int, references: dict[str, dict],
+                 title: str, notes: list[str] = ()) -> pathlib.Path:  # fmt: skip
+    """``report.md``, ``report.csv``, ``report_curves.png`` and ``report_profiles.png`` in ``folder`` over the finished
+    ``runs`` (each: ``algo``, ``env_id``, ``seed`` and the run's summary.json as ``summary``) of the ``expected``
+    runs. Returns the markdown file's path."""
+    algos = list(dict.fromkeys(run["algo"] for run in runs))
+    tasks = list(dict.fromkeys(run["env_id"] for run in runs))
+    final = {(run["algo"], run["env_id"], run["seed"]): _final_return(run["summary"]) for run in runs}
+    lines = [f"# {title}", "", *notes]
+    machines = sorted({run["summary"].get("machine", "not recorded") for run in runs})
+    lines += [
+        f"{len(runs)} of {expected} runs finished; only finished runs are reported (a run is finished once its "
+        "summary.json is written, at its end).",
+        f"Runs made on: {'; '.join(machines) or 'none'}.",
+        "",
+    ]
+    lines += _returns_table(algos, tasks, final, references)
+    lines += _aggregates_section(folder, algos, tasks, final, references)
+    _write_csv(folder / "report.csv", runs, final, references)
+    if _plot_curves(folder / "report_curves.png", algos, tasks, runs):
+        lines += ["", "Learning curves: `report_curves.png` (evaluation return, mean over seeds with a 95% bootstrap "
+                  "band, against env steps and against wall-clock)."]  # fmt: skip
+    lines += ["One row per finished run: `report.csv`."]
+    path = folder / "report.md"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def _final_return(summary: dict) -> float:
+    final = summary.get("final_eval") or {}
+    return float(final.get("mean_return", math.nan))
+
+
+def _returns_table(algos, tasks, final, references) -> list[str]:
+    lines = [
+        "## Final evaluation return",
+        "",
+        "Mean ± standard deviation over seeds (n seeds), and the best seed.",
+        "",
+        "| task | random | reference | " + " | ".join(algos) + " |",
+        "|---|---:|---:|" + "---:|" * len(algos),
+    ]
+    for task in tasks:
+        reference = references.get(task)
+        cells = [f"{reference['random']:,.1f}", f"{reference['reference']:,.1f}"] if reference else ["-", "-"]
+        for algo in algos:
+            scores = [score for (a, t, _), score in final.items() if a == algo and t == task]
+            if not scores:
+                cells.append("no finished run")
+                continue
+            cells.append(f"{np.mean(scores):,.1f} ± {np.std(scores):,.1f} (n={len(scores)}; best {max(scores):,.1f})")
+        lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _score_tables(algos, tasks, final, references) -> tuple[list[str], dict[str, np.ndarray]]:
+    """The tasks every algorithm finished and that have reference scores, and per algorithm its normalised final
+    scores ``[runs, tasks]``: the first ``k`` seeds of each task, ``k`` the fewest any task has (the stratified
+    bootstrap needs as many runs per task)."""
+    common = [t for t in tasks if t in references and all(any(a == al and tk == t for a, tk, _ in final)
+                                                          for al in algos)]  # fmt: skip
+    tables = {}
+    for algo in algos:
+        per_task = [sorted((s, v) for (a, t, s), v in final.items() if a == algo and t == task) for task in common]
+        k = min((len(seeds) for seeds in per_task), default=0)
+        if k == 0:
+            continue
+        ref = [references[task] for task in common]
+        tables[algo] = np.array([[normalized(per_task[j][i][1], ref[j]["random"], ref[j]["reference"])
+                                  for j in range(len(common))] for i in range(k)])  # fmt: skip
+    return common, tables
+
+
+def _aggregates_section(folder, algos, tasks, final, references) -> list[str]:
+    common, tables = _score_tables(algos, tasks, final, references)
+    lines = ["", "## Aggregates of normalised scores", ""]
+    left_out = [task for task in tasks if task not in common]
+    if not tables:
+        return lines + ["No task has reference scores and a finished run of every algorithm: no aggregates."]
+    lines += [f"Final scores normalised per task, random 0 and reference 1 (rl_suite/reference_scores.yaml), over "
+              f"{len(common)} task(s): {', '.join(common)}; runs per task: "
+              + ", ".join(f"{algo} {table.shape[0]}" for algo, table in tables.items())
+              + ". Point estimates with 95% stratified-bootstrap confidence intervals (rliable's IQM, median, mean "
+              "and optimality gap; lower is better for the gap).", ""]  # fmt: skip
+    if left_out:
+        lines += [f"Left out (no reference score, or not finished by every algorithm): {', '.join(left_out)}.", ""]
+    results = aggregates(tables)
+    lines += ["| algorithm | " + " | ".join(AGGREGATES) + " |", "|---|" + "---:|" * len(AGGREGATES)]
+    for algo, values in results.items():
+        cells = [f"{point:.3f} [{lower:.3f}, {upper:.3f}]" for point, lower, upper in values.values()]
+        lines.append(f"| {algo} | " + " | ".join(cells) + " |")
+    if _plot_profiles(folder / "report_profiles.png", tables):
+        lines += ["", "Performance profiles: `report_profiles.png` (the fraction of runs above each normalised score, "
+                  "with 95% stratified-bootstrap bands)."]  # fmt: skip
+    return lines
+
+
+def _write_csv(path: pathlib.Path, runs, final, references) -> None:
+    with path.open("w", newline="") as f:
+        writer = csv.writer(f)
+        writer.writerow(["algo", "env_id", "seed", "env_steps", "wall_time_s", "final_return", "best_return",
+                         "normalized_final", "machine"])  # fmt: skip
+        for run in runs:
+            summary, key = run["summary"], (run["algo"], run["env_id"], run["seed"])
+            returns = [row["mean_return"] for row in summary.get("evaluations", [])]
+            reference = references.get(run["env_id"])
+            score = normalized(final[key], reference["random"], reference["reference"]) if reference else ""
+            writer.writerow([*key, summary.get("env_steps"), summary.get("wall_time_s"), final[key],
+                             max(returns, default=""), score, summary.get("machine", "not recorded")])  # fmt: skip
+
+
+def _pyplot():
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:  # the bench extra is not installed: the report has its tables, without pictures
+        return None
+    return plt
+
+
+def _plot_curves(path: pathlib.Path, algos, tasks, runs) -> bool:
+    plt = _pyplot()
+    if plt is None:
+        return False
+    figure, axes = plt.subplots(2, len(tasks), figsize=(4.5 * len(tasks), 7), squeeze=False)
+    for column, task in enumerate(tasks):
+        for row, (x_key, x_label) in enumerate((("env_steps", "env steps"), ("wall_time_s", "wall-clock (s)"))):
+            axis = axes[row][column]
+            for algo in algos:
+                curves = [run["summary"].get("evaluations") or [] for run in runs
+                          if run["algo"] == algo and run["env_id"] == task]  # fmt: skip
+                curves = [curve for curve in curves if curve]
+                if not curves:
+                    continue
+                xs = [np.array([point[x_key] for point in curve], float) for curve in curves]
+                ys = [np.array([point["mean_return"] for point in curve], float) for curve in curves]
+                grid, values = on_grid(xs, ys)
+                mean, lower, upper = curve_band(values)
+                axis.plot(grid, mean, label=f"{algo} (n={len(curves)})")
+                axis.fill_between(grid, lower, upper, alpha=0.25)
+            axis.set(xlabel=x_label, ylabel="evaluation return", title=task)
+            axis.legend(fontsize=8)
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return True
+
+
+def _plot_profiles(path: pathlib.Path, tables: dict[str, np.ndarray]) -> bool:
+    plt = _pyplot()
+    if plt is None:
+        return False
+    every = np.concatenate([table.ravel() for table in tables.values()])
+    taus = np.linspace(min(0.0, every.min()), max(1.0, every.max()), 101)
+    figure, axis = plt.subplots(figsize=(5.5, 4))
+    for algo, table in tables.items():
+        profile, lower, upper = performance_profile(table, taus)
+        axis.plot(taus, profile, label=algo)
+        axis.fill_between(taus, lower, upper, alpha=0.25)
+    axis.set(xlabel="normalised score τ", ylabel="fraction of runs with score > τ", ylim=(0, 1.02))
+    axis.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=90)
+    plt.close(figure)
+    return True

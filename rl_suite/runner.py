@@ -8,7 +8,7 @@ leaves behind its run directory:
     wandb/, wandb-run-id Weights & Biases' files and its run's id, with the wandb logger (rl_suite/logger.py)
     videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
-    summary.json         env_steps, wall_time_s, final_eval, evaluations (the learning curve: each evaluation's
+    summary.json         env_steps, wall_time_s, machine, final_eval, evaluations (the learning curve: each evaluation's
                          metrics, with the training episodes' task metrics of the last log window as rollout_<name>),
                          and threshold
 
@@ -25,6 +25,7 @@ import datetime
 import functools
 import json
 import math
+import os
 import pathlib
 import time
 import warnings
@@ -46,6 +47,7 @@ from rl_suite.checkpoint import (
 from rl_suite.collector import Collector
 from rl_suite.compiled import make_collector
 from rl_suite.config import to_plain
+from rl_suite.device import cpu_name
 from rl_suite.env import VecEnv
 from rl_suite.logger import NullLogger, RunLogger, tracker_names
 from rl_suite.multiagent import MultiAgentCollector, MultiAgentVecEnv
@@ -170,15 +172,25 @@ class Runner:
     """Trains ``agent`` on ``env`` as ``config`` says, writing the run directory ``run_dir``.
 
     With ``resume=True`` it continues from the newest readable checkpoint in ``run_dir``; on the CPU the resumed run
-    ends bitwise equal to one that never stopped.
+    ends bitwise equal to one that never stopped. ``on_evaluation``, if given, is called with each evaluation's row
+    of the learning curve (``env_steps``, ``wall_time_s``, ``mean_return``, ...) as soon as it is made; an exception
+    it raises ends the run there, without a summary (a hyperparameter search prunes a trial so: rl_suite/tune.py).
     """
 
     def __init__(
-        self, agent, env: VecEnv, config: RunConfig, run_dir=None, eval_env: VecEnv | None = None, resume: bool = False
+        self,
+        agent,
+        env: VecEnv,
+        config: RunConfig,
+        run_dir=None,
+        eval_env: VecEnv | None = None,
+        resume: bool = False,
+        on_evaluation=None,
     ):
         from rl_suite.registry import make
 
         self.agent, self.env, self.config = agent, env, config
+        self.on_evaluation = on_evaluation
         distributed.init(env.device, config.distributed_timeout_s)  # joins torchrun's process group, else a no-op
         if distributed.world_size() > 1 and not agent.supports_distributed:
             raise ValueError(
@@ -266,6 +278,8 @@ class Runner:
                 if self.eval_env is not None and (self.env_steps >= self.next_eval or stop):
                     self.next_eval = _next(self.env_steps, config.eval_every_steps)
                     self._evaluate(logger, time.perf_counter() - started)
+                    if self.on_evaluation is not None:
+                        self.on_evaluation(dict(self.evaluations[-1]))
                     stop = stop or self.threshold is not None and self.threshold["reached"]
                 if main and (self.env_steps >= self.next_video or stop and config.video_every_steps > 0):
                     self.next_video = _next(self.env_steps, config.video_every_steps)
@@ -283,8 +297,10 @@ class Runner:
             self.agent.close()
             logger.close()
         summary = self._summary(time.perf_counter() - started)
-        if main:
-            (self.run_dir / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+        if main:  # atomically: a summary.json that exists is whole, and marks the run finished (rl_suite/benchmark.py)
+            partial = self.run_dir / "summary.json.tmp"
+            partial.write_text(json.dumps(summary, indent=2) + "\n")
+            os.replace(partial, self.run_dir / "summary.json")
         return summary
 
     def _should_stop(self, started: float) -> bool:
@@ -382,6 +398,7 @@ class Runner:
             "env_steps": self.env_steps,
             "iterations": self.iterations,
             "wall_time_s": wall_time,
+            "machine": cpu_name(),  # of this session; a resumed run's earlier sessions may have run elsewhere
             "final_eval": self.last_eval,
             "evaluations": self.evaluations,
         }
