@@ -16,15 +16,29 @@ Each run is its own process, ``python -m rl_suite train ...``, with ``threads`` 
 pinned to its own ``threads`` cores; ``jobs`` of them run at once, by default as many as the cores allow. Nothing is
 written until the whole grid has been checked: every algorithm and task exists and every pair builds with its
 settings.
+
+A grid file may define variants: an algorithm with settings of its own, named, and listed in ``algos`` like an
+algorithm (its runs and its rows in the report carry the name)::
+
+    algos: [sac, sac-dsac, ppo]
+    envs: [HalfCheetah-v5, Ant-v5]
+    seeds: 3
+    time_budget_s: 900
+    set: [eval_episodes=10]
+    variants:
+      sac-dsac: {algo: sac, set: [critic=dsac]}
 """
 
 from __future__ import annotations
 
+import ctypes
 import dataclasses
+import fcntl
 import itertools
 import json
 import os
 import pathlib
+import re
 import shutil
 import signal
 import subprocess
@@ -33,7 +47,8 @@ import time
 
 import yaml
 
-GRID_KEYS = ("algos", "envs", "seeds", "total_steps", "time_budget_s", "set")
+GRID_KEYS = ("algos", "envs", "seeds", "total_steps", "time_budget_s", "set", "variants")
+VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +56,7 @@ class Grid:
     """What to run: every algorithm on every task with every seed, with the same budget and settings."""
 
     algos: tuple[str, ...]
-    """Algorithm names (``rl-suite algos``)."""
+    """Algorithm names (``rl-suite algos``), or names of ``variants``."""
     envs: tuple[str, ...]
     """Task ids (``rl-suite envs``); adapter ids (``gym:...``) only from the command line, never from a file."""
     seeds: tuple[int, ...]
@@ -52,6 +67,15 @@ class Grid:
     """Wall-clock budget of each run, in seconds."""
     settings: tuple[str, ...] = ()
     """``key=value`` settings for every run (the ``--set`` of ``rl-suite train``)."""
+    variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
+    """``(name, algorithm, settings)``: an algorithm with its own ``key=value`` settings (after ``settings``)."""
+
+    def algorithm(self, name: str) -> tuple[str, tuple[str, ...]]:
+        """The algorithm that ``name`` in ``algos`` runs, and the settings of its runs."""
+        for variant, algo, settings in self.variants:
+            if variant == name:
+                return algo, self.settings + settings
+        return name, self.settings
 
     def runs(self) -> list[BenchmarkRun]:
         return [BenchmarkRun(*run) for run in itertools.product(self.algos, self.envs, self.seeds)]
@@ -68,6 +92,7 @@ class Grid:
             "total_steps": self.total_steps,
             "time_budget_s": self.time_budget_s,
             "set": list(self.settings),
+            "variants": {name: {"algo": algo, "set": list(settings)} for name, algo, settings in self.variants},
         }
 
 
@@ -109,6 +134,9 @@ def load_grid(path: str | os.PathLike) -> dict:
     for key in ("algos", "envs", "set"):
         if key in data and not (isinstance(data[key], list) and all(isinstance(v, str) for v in data[key])):
             raise ValueError(f"{path}: {key} must be a list of strings, got {data[key]!r}")
+    variants = data.get("variants", {})
+    if not isinstance(variants, dict):
+        raise ValueError(f"{path}: variants must map names to {{algo: NAME, set: [KEY=VALUE, ...]}}, got {variants!r}")
     adapters = [env_id for env_id in data.get("envs", []) if ":" in env_id]
     if adapters:
         raise ValueError(f"{path} names adapter ids {adapters}: give those with --envs on the command line")
@@ -117,11 +145,12 @@ def load_grid(path: str | os.PathLike) -> dict:
 
 def make_grid(file_values: dict, algos=None, envs=None, seeds=None, total_steps=None, time_budget_s=None,
               settings=None) -> Grid:  # fmt: skip
-    """The grid of a file's values with the command line's over them."""
+    """The grid of a file's values with the command line's over them (its ``--set`` settings after the file's)."""
     values = {**file_values}
     given = {"algos": algos, "envs": envs, "seeds": seeds, "total_steps": total_steps,
              "time_budget_s": time_budget_s, "set": settings}  # fmt: skip
-    values.update({key: value for key, value in given.items() if value})
+    values.update({key: value for key, value in given.items() if value and key != "set"})
+    values["set"] = [*(values.get("set") or []), *(settings or [])]  # the command line's settings after the file's
     for key in ("algos", "envs"):
         if not values.get(key):
             raise ValueError(f"a benchmark needs at least one of --{key} (or a grid file listing {key})")
@@ -135,8 +164,33 @@ def make_grid(file_values: dict, algos=None, envs=None, seeds=None, total_steps=
     for key in ("algos", "envs"):
         if len(set(values[key])) != len(values[key]):
             raise ValueError(f"{key} lists an entry twice: {values[key]}")
-    return Grid(tuple(values["algos"]), tuple(values["envs"]), seeds_from(values["seeds"]), values["total_steps"],
-                values["time_budget_s"], tuple(values.get("set") or ()))  # fmt: skip
+    return Grid(
+        algos=tuple(values["algos"]),
+        envs=tuple(values["envs"]),
+        seeds=seeds_from(values["seeds"]),
+        total_steps=values["total_steps"],
+        time_budget_s=values["time_budget_s"],
+        settings=tuple(values.get("set") or ()),
+        variants=_variants(values.get("variants") or {}),
+    )
+
+
+def _variants(table: dict) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
+    from rl_suite.registry import ALGORITHMS
+
+    variants = []
+    for name, entry in table.items():
+        if not isinstance(name, str) or not VARIANT_NAME.fullmatch(name) or name in ALGORITHMS:
+            raise ValueError(
+                f"a variant's name must be letters, digits and _.+- (it names run directories) and not an algorithm's "
+                f"name, got {name!r}"
+            )
+        settings = entry.get("set", []) if isinstance(entry, dict) else None
+        if (not isinstance(entry, dict) or set(entry) - {"algo", "set"} or not isinstance(entry.get("algo"), str)
+                or not isinstance(settings, list) or not all(isinstance(item, str) for item in settings)):  # fmt: skip
+            raise ValueError(f"variant {name!r} must be {{algo: NAME, set: [KEY=VALUE, ...]}}, got {entry!r}")
+        variants.append((name, entry["algo"], tuple(settings)))
+    return tuple(variants)
 
 
 def check_grid(grid: Grid) -> None:
@@ -147,13 +201,14 @@ def check_grid(grid: Grid) -> None:
     from rl_suite.runner import RunConfig
     from rl_suite.settings import new_run_settings
 
-    algos = {name: load_algorithm(name) for name in grid.algos}  # an unknown name fails here, with a suggestion
-    overrides = parse_assignments(list(grid.settings))
+    # an unknown name fails here, with a suggestion
+    algos = {name: load_algorithm(grid.algorithm(name)[0]) for name in grid.algos}
     for env_id in grid.envs:
         env = make(env_id, num_envs=1, seed=0)  # an unknown id fails here, with the close ones
         try:
             for name, algo in algos.items():
-                run_values, agent_values = new_run_settings(algo, env_id, {**overrides, "device": "cpu"})
+                overrides = {**parse_assignments(list(grid.algorithm(name)[1])), "device": "cpu"}
+                run_values, agent_values = new_run_settings(algo, env_id, overrides)
                 RunConfig(**run_values)
                 try:
                     algo.for_env(env, algo.Config(**agent_values), device="cpu")
@@ -181,10 +236,11 @@ def train_command(grid: Grid, run: BenchmarkRun, directory: pathlib.Path) -> lis
     """The ``rl-suite train`` command of ``run``: a resume where the run left a checkpoint."""
     from rl_suite.checkpoint import checkpoints
 
-    command = [sys.executable, "-m", "rl_suite", "train", run.algo, run.env_id, *grid.budget_flags()]
+    algo, settings = grid.algorithm(run.algo)
+    command = [sys.executable, "-m", "rl_suite", "train", algo, run.env_id, *grid.budget_flags()]
     if checkpoints(directory):
         return command + ["--resume", str(directory)]
-    return command + ["--seed", str(run.seed), "--run-dir", str(directory), "--set", *grid.settings]
+    return command + ["--seed", str(run.seed), "--run-dir", str(directory), "--set", *settings]
 
 
 def start_benchmark(bench_dir: pathlib.Path, grid: Grid) -> None:
@@ -193,21 +249,30 @@ def start_benchmark(bench_dir: pathlib.Path, grid: Grid) -> None:
     recorded_path = bench_dir / "grid.yaml"
     if recorded_path.is_file():
         recorded = yaml.safe_load(recorded_path.read_text()) or {}
-        for key in ("total_steps", "time_budget_s", "set"):
-            if recorded.get(key) != grid.to_plain()[key]:
+        shared = set(recorded.get("variants") or {}) & set(grid.to_plain()["variants"])
+        for key in ("total_steps", "time_budget_s", "set", *(f"variant {name}" for name in sorted(shared))):
+            if _recorded(recorded, key) != _recorded(grid.to_plain(), key):
                 raise ValueError(
-                    f"{bench_dir} holds a benchmark with {key} {recorded.get(key)!r}, not {grid.to_plain()[key]!r}: "
-                    "its runs would not compare; give the same value or another directory"
+                    f"{bench_dir} holds a benchmark with {key} {_recorded(recorded, key)!r}, not "
+                    f"{_recorded(grid.to_plain(), key)!r}: its runs would not compare; give the same value or another "
+                    "directory"
                 )
         # algorithms, tasks and seeds may grow: a rerun adds their runs
         grid_values = {key: _union(recorded.get(key, []), grid.to_plain()[key]) for key in ("algos", "envs", "seeds")}
-        recorded.update(grid_values)
+        recorded.update(grid_values, variants={**(recorded.get("variants") or {}), **grid.to_plain()["variants"]})
     else:
         recorded = grid.to_plain()
     bench_dir.mkdir(parents=True, exist_ok=True)
     partial = recorded_path.with_suffix(".tmp")
     partial.write_text(yaml.safe_dump(recorded, sort_keys=False))
     os.replace(partial, recorded_path)
+
+
+def _recorded(grid_values: dict, key: str):
+    """A grid's budget or common settings (``key``), or a variant's definition (``variant <name>``)."""
+    if key.startswith("variant "):
+        return (grid_values.get("variants") or {}).get(key.removeprefix("variant "))
+    return grid_values.get(key)
 
 
 def _union(first: list, second: list) -> list:
@@ -225,11 +290,22 @@ def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threa
     if jobs < 1:
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     slots = [cores[(slot * threads) % len(cores):][:threads] or cores[:threads] for slot in range(jobs)]
+    (bench_dir / "logs").mkdir(parents=True, exist_ok=True)
+    lock = open(bench_dir / ".lock", "w")  # noqa: SIM115 - held until this function returns
+    try:
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # two benchmarks in one directory would train one run twice
+    except BlockingIOError:
+        lock.close()
+        raise RuntimeError(f"another rl-suite benchmark is running in {bench_dir}; wait for it, or stop it") from None
+    with lock:
+        return _run_all(bench_dir, grid, jobs, slots, threads, echo)
+
+
+def _run_all(bench_dir, grid, jobs, slots, threads, echo) -> list[str]:
     runs = grid.runs()
     waiting = [run for run in runs if not is_finished(run_dir(bench_dir, run))]
     echo(f"{len(runs) - len(waiting)} of {len(runs)} runs finished before; {len(waiting)} to run, {jobs} at a time "
          f"with {threads} thread(s) each")  # fmt: skip
-    (bench_dir / "logs").mkdir(parents=True, exist_ok=True)
     running: dict[int, tuple[subprocess.Popen, BenchmarkRun]] = {}
     failed: list[str] = []
     try:
@@ -250,6 +326,8 @@ def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threa
                     failed.append(run.name)
                     echo(f"FAILED {run.name} (exit {process.returncode}); see {log}")
     except KeyboardInterrupt:
+        # The runs sit in sessions of their own, so a Ctrl-C in the terminal reaches this process only, and each run
+        # is interrupted once, here: a second interrupt would cut its checkpoint short.
         echo(f"interrupted: stopping {len(running)} run(s), each writes a checkpoint; rerun to continue")
         for process, _ in running.values():
             process.send_signal(signal.SIGINT)
@@ -275,9 +353,15 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
     log = open(bench_dir / "logs" / f"{run.name}.log", "a")  # noqa: SIM115 - the child process holds it
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
+    def in_the_child() -> None:
+        os.sched_setaffinity(0, cores)
+        # Linux's PR_SET_PDEATHSIG (1): if this benchmark dies, even by SIGKILL, its runs get SIGINT, checkpoint and
+        # stop, rather than train on unwatched while a rerun starts them again.
+        ctypes.CDLL(None).prctl(1, signal.SIGINT)
+
     try:
-        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env,
-                                preexec_fn=lambda: os.sched_setaffinity(0, cores))  # fmt: skip
+        return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=in_the_child,
+                                start_new_session=True)  # fmt: skip
     finally:
         log.close()  # the child has its own copy of the descriptor
 
