@@ -199,16 +199,93 @@ def _cmd_export(args) -> int:
     return 0
 
 
+def _cmd_tune(args) -> int:
+    from rl_suite import tune
+
+    if args.best:
+        print(tune.best(args.algo, args.env_id, args.storage, args.study_name, args.study_dir))
+        return 0
+    flags = {"num_envs": args.num_envs, "device": args.device, "total_steps": args.total_steps}
+    report = tune.tune(
+        args.algo, args.env_id, args.trials, args.workers, args.storage, args.study_name, args.study_dir, args.space,
+        args.pruner, args.startup_trials, args.seed, tune.overrides_from_flags(flags, args.set),
+    )  # fmt: skip
+    print(report)
+    return 0
+
+
 # What `rl-suite play` runs: an entry point of the code, never a name read from a file (the core does not import envs).
 _PLAYER = "rl_suite.envs.robots.deploy:play"
+
+
+# The flags of `rl-suite play` that only one kind of source takes (a run directory, an exported file).
+_RUN_PLAY_FLAGS = {
+    "episodes": "--episodes",
+    "env_kwargs": "--env-kwargs",
+    "env": "--env",
+    "seed": "--seed",
+    "device": "--device",
+    "deterministic": "--[no-]deterministic",
+}
+_FILE_PLAY_FLAGS = {"command": "--command", "seconds": "--seconds"}
+
+
+def _env_kwargs(items: list[str]) -> dict:
+    """``--env-kwargs g=9.81 max_episode_steps=100`` (values parsed as YAML) or ``--env-kwargs '{"g": 9.81}'``."""
+    from rl_suite.config import parse_assignments
+
+    if len(items) == 1 and items[0].lstrip().startswith("{"):
+        try:
+            value = yaml.safe_load(items[0])
+        except yaml.YAMLError:
+            value = None
+        if type(value) is not dict:
+            raise ValueError(f"--env-kwargs: {items[0]!r} is not a JSON object of keyword arguments")
+        return value
+    bad = [item for item in items if "=" not in item]
+    if bad:
+        raise ValueError(f"--env-kwargs expects KEY=VALUE pairs or one JSON object, got {bad[0]!r}")
+    return parse_assignments(items)
 
 
 def _cmd_play(args) -> int:
     from rl_suite.registry import load_entry_point
 
-    play = load_entry_point(_PLAYER)
+    if args.source is not None and not pathlib.Path(args.source).exists():
+        raise ValueError(f"{args.source}: no such run directory or exported policy file")
+    is_run = args.source is not None and pathlib.Path(args.source).is_dir()
+    flags = _FILE_PLAY_FLAGS if is_run else _RUN_PLAY_FLAGS
+    given = [flag for key, flag in flags.items() if getattr(args, key) not in (None, [])]
+    if given and is_run:
+        raise ValueError(f"{', '.join(given)}: only for an exported policy FILE, not a run directory")
+    if given:
+        raise ValueError(f"{', '.join(given)}: only for a RUN_DIR (a training run's directory), not an exported file")
     viewer = False if args.no_viewer else None
-    result = play(args.policy, tuple(args.command), args.seconds, args.video, viewer)
+    size = {"width": args.size[0], "height": args.size[1]} if args.size else {}
+    if is_run:
+        from rl_suite.play import play_run
+
+        result = play_run(
+            args.source,
+            episodes=1 if args.episodes is None else args.episodes,
+            video=args.video,
+            env_kwargs=_env_kwargs(args.env_kwargs),
+            env_id=args.env,
+            seed=0 if args.seed is None else args.seed,
+            deterministic=args.deterministic is not False,
+            device=args.device or "cpu",
+            viewer=viewer,
+            **size,
+        )
+        print(f"{result['algo']} on {result['env_id']} after {result['env_steps']:,} env steps:")
+        for episode, (ret, length) in enumerate(zip(result["returns"], result["lengths"], strict=True), start=1):
+            print(f"  episode {episode}: return {ret:.2f}, length {length}")
+        if result["video"]:
+            print(f"video {result['video']} ({result['frames']} frames)")
+        return 0
+    play = load_entry_point(_PLAYER)
+    command = (0.5, 0.0, 0.0) if args.command is None else tuple(args.command)
+    result = play(args.source, command, 10.0 if args.seconds is None else args.seconds, args.video, viewer, **size)
     print(
         f"{result['policy']}: command {result['command']} for {result['seconds']:.1f} s: mean velocity "
         f"{[round(v, 2) for v in result['mean_velocity']]}, RMS planar tracking error "
@@ -216,6 +293,22 @@ def _cmd_play(args) -> int:
         + (f"; video {result['video']}" if result["video"] else "")
     )
     return 0
+
+
+def _cmd_benchmark(args) -> int:
+    from rl_suite.benchmark import benchmark, load_grid, make_grid
+
+    file_values = load_grid(args.grid) if args.grid else {}
+    bench_dir = pathlib.Path(args.dir)
+    if args.report_only:
+        grid = None
+    else:
+        grid = make_grid(file_values, args.algos, args.envs, args.seeds, args.total_steps, args.time_budget, args.set)
+    try:
+        return benchmark(bench_dir, grid, args.jobs, args.threads, args.references, args.report_only)
+    except KeyboardInterrupt:
+        print("rl-suite: benchmark interrupted; the same command continues it", file=sys.stderr)
+        return 130
 
 
 def _cmd_algos(args) -> int:
@@ -248,6 +341,25 @@ def build_parser() -> argparse.ArgumentParser:
     throughput.add_argument("--device", default="cpu")
     throughput.add_argument("--seconds", type=float, default=1.0, help="measuring time per figure")
     throughput.set_defaults(run=_cmd_throughput)
+
+    bench = commands.add_parser(
+        "benchmark",
+        help="train every (algorithm, task, seed) of a grid as ordinary runs, in parallel and resumably, and report "
+        "them: learning curves and rliable's aggregates of normalised scores (rl_suite/benchmark.py)",
+    )
+    bench.add_argument("grid", nargs="?", metavar="GRID.yaml", help="a grid file (algos, envs, seeds, budgets, set)")
+    bench.add_argument("--algos", nargs="+", help="algorithms (see `rl-suite algos`)")
+    bench.add_argument("--envs", nargs="+", help="task ids (see `rl-suite envs`), or gym:<id>")
+    bench.add_argument("--seeds", type=int, nargs="+", help="a count (--seeds 5: seeds 0-4), or the seeds")
+    bench.add_argument("--total-steps", type=int, help="step budget of each run")
+    bench.add_argument("--time-budget", type=float, help="wall-clock budget of each run, in seconds")
+    bench.add_argument("--dir", default="benchmark", help="the benchmark directory (default: ./benchmark)")
+    bench.add_argument("--jobs", type=int, help="runs at once (default: the cores this process may use // threads)")
+    bench.add_argument("--threads", type=int, default=1, help="torch threads (and pinned cores) per run")
+    bench.add_argument("--references", metavar="FILE", help="reference scores (rl_suite/reference_scores.yaml)")
+    bench.add_argument("--report-only", action="store_true", help="write the report over the finished runs only")
+    bench.add_argument("--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE", help="for every run")
+    bench.set_defaults(run=_cmd_benchmark)
 
     algos = commands.add_parser("algos", help="list the registered algorithms")
     algos.set_defaults(run=_cmd_algos)
@@ -324,14 +436,82 @@ def build_parser() -> argparse.ArgumentParser:
 
     play = commands.add_parser(
         "play",
-        help="watch an exported legged policy (default: the shipped quadruped) in MuJoCo: a video, or the viewer",
+        help="watch a training run's newest policy (RUN_DIR) or an exported legged policy (FILE; default: the shipped "
+        "quadruped): in MuJoCo's viewer where a display exists, else as a video",
+        description="Play a run's newest policy for a few episodes, printing each episode's return and length, or an "
+        "exported legged policy on a MuJoCo robot built from its file. With a display and no --video, MuJoCo tasks "
+        "open MuJoCo's passive viewer, in real time; otherwise the episodes are written to a video, one frame per "
+        "step (the classic tasks drawn by gymnasium's renderers).",
     )
-    play.add_argument("policy", nargs="?", help="an exported .onnx or .pt policy of a legged task (default: shipped)")
-    play.add_argument("--command", type=float, nargs=3, default=[0.5, 0.0, 0.0], metavar=("VX", "VY", "YAW_RATE"))
-    play.add_argument("--seconds", type=float, default=10.0)
-    play.add_argument("--video", metavar="FILE", help="write a .gif (or an .mp4, with imageio-ffmpeg)")
+    play.add_argument(
+        "source",
+        nargs="?",
+        metavar="RUN_DIR | FILE",
+        help="a training run's directory, or an exported .onnx or .pt policy of a legged task (default: the shipped "
+        "quadruped)",
+    )
+    play.add_argument("--episodes", type=int, help="RUN_DIR: episodes to play, one after another (default 1)")
+    play.add_argument(
+        "--env-kwargs",
+        nargs="*",
+        action="extend",
+        default=[],
+        metavar="KEY=VALUE",
+        help="RUN_DIR: env keywords over the run's, e.g. g=9.81 (values parsed as YAML), or one JSON object",
+    )
+    play.add_argument("--env", metavar="ENV_ID", help=f"RUN_DIR: {_CONFIRM_ENV_HELP}")
+    play.add_argument("--seed", type=int, help="RUN_DIR: the environment's seed (default 0)")
+    play.add_argument(
+        "--deterministic",
+        action=argparse.BooleanOptionalAction,
+        help="RUN_DIR: the policy's deterministic action (the default), or sampled actions (--no-deterministic)",
+    )
+    play.add_argument("--device", help="RUN_DIR: where the policy and the environment run (default cpu)")
+    play.add_argument(
+        "--command", type=float, nargs=3, metavar=("VX", "VY", "YAW_RATE"), help="FILE: the command (default 0.5 0 0)"
+    )
+    play.add_argument("--seconds", type=float, help="FILE: how long to walk (default 10)")
+    play.add_argument(
+        "--video",
+        metavar="FILE",
+        help="write a .gif (or an .mp4, with imageio-ffmpeg) instead of opening the viewer; a run without a display "
+        "writes RUN_DIR/videos/play.mp4 (play.gif without imageio-ffmpeg) when none is named",
+    )
+    play.add_argument(
+        "--size", type=int, nargs=2, metavar=("WIDTH", "HEIGHT"), help="video size (default: the task's; FILE: 640 480)"
+    )
     play.add_argument("--no-viewer", action="store_true", help="never open MuJoCo's viewer")
     play.set_defaults(run=_cmd_play)
+
+    tuner = commands.add_parser(
+        "tune",
+        help="search hyperparameters with Optuna: each trial an ordinary run, the study in a database that worker "
+        "processes and machines share (rl_suite/tune.py)",
+    )
+    tuner.add_argument("algo", help="algorithm, e.g. ppo or sac (see `rl-suite algos`)")
+    tuner.add_argument("env_id", help="environment id (see `rl-suite envs`), or gym:<id>")
+    tuner.add_argument("--trials", type=int, default=20, help="trials this command runs, shared out among its workers")
+    tuner.add_argument("--workers", type=int, default=1, help="worker processes (the cores are split among them)")
+    tuner.add_argument(
+        "--storage",
+        metavar="URL",
+        help="the study's database, a SQLAlchemy URL (sqlite:///path/study.db, postgresql://user@host/db; default: "
+        "sqlite:///<study-dir>/study.db); another machine joins the study by giving the same URL",
+    )
+    tuner.add_argument("--study-name", help="default: <algo>-<env>")
+    tuner.add_argument("--study-dir", help="where the trials' run directories go (default: tune/<study-name>)")
+    tuner.add_argument("--space", metavar="FILE", help="search space YAML (default: agents/search_spaces/<algo>.yaml)")
+    tuner.add_argument("--pruner", choices=["median", "hyperband", "none"], default="median")
+    tuner.add_argument("--startup-trials", type=int, default=5, help="median pruner: trials finished before pruning")
+    tuner.add_argument("--seed", type=int, default=0, help="seeds the sampler and every trial's run")
+    tuner.add_argument("--num-envs", type=int)
+    tuner.add_argument("--device")
+    tuner.add_argument("--total-steps", type=int, help="step budget of each trial")
+    tuner.add_argument(
+        "--set", nargs="*", action="extend", default=[], metavar="KEY=VALUE", help="a setting of every trial"
+    )
+    tuner.add_argument("--best", action="store_true", help="run nothing: print the best trial's settings")
+    tuner.set_defaults(run=_cmd_tune)
     return parser
 
 

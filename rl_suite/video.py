@@ -1,5 +1,5 @@
-"""Videos of evaluation episodes: rendered frames of one environment, written as an animated GIF into the run
-directory, which the run's trackers log (rl_suite/logger.py)."""
+"""Videos of episodes: rendered frames of one environment, written as an animated GIF into the run directory,
+which the run's trackers log (rl_suite/logger.py), or as the GIF or MP4 of ``rl-suite play`` (``write_video``)."""
 
 from __future__ import annotations
 
@@ -35,4 +35,43 @@ def write_gif(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.Pat
     """Save the frames as an animated GIF at ``path`` (the run's trackers then log that file)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_bytes(gif_bytes(frames, fps))
+    return path
+
+
+VIDEO_FORMATS = (".gif", ".mp4")
+
+
+def check_video_path(path: pathlib.Path) -> None:
+    """Refuse a video file that cannot be written: another format, or an MP4 without imageio-ffmpeg."""
+    suffix = path.suffix.lower()
+    if suffix not in VIDEO_FORMATS:
+        raise ValueError(f"cannot write a {suffix or 'suffixless'} video ({path}): give a .gif or an .mp4 file")
+    if suffix == ".mp4" and not can_write_mp4():
+        raise ValueError("writing .mp4 videos needs imageio-ffmpeg (pip install imageio-ffmpeg); .gif needs nothing")
+
+
+def can_write_mp4() -> bool:
+    try:
+        import imageio_ffmpeg  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def write_video(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.Path:
+    """``frames`` ``[T, H, W, 3]`` (uint8) as a GIF, or as an MP4 through imageio-ffmpeg (``check_video_path``), at
+    ``fps`` frames per second.
+
+    A GIF counts its delays in hundredths of a second, and browsers show delays under two hundredths as a tenth, so
+    a GIF plays at most 50 frames per second: slower than real time for faster tasks (an MP4 keeps ``fps``). Pillow
+    also stores a run of identical frames as one frame shown for their total time."""
+    import imageio.v3 as iio
+
+    check_video_path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if path.suffix.lower() == ".gif":
+        iio.imwrite(path, frames, extension=".gif", duration=max(1000.0 / fps, 20.0), loop=0)
+    else:
+        # H.264 in yuv420p needs even sides; imageio would otherwise stretch each side to a multiple of 16
+        iio.imwrite(path, frames, fps=fps, codec="libx264", macro_block_size=2)
     return path

@@ -1,5 +1,5 @@
-"""A run directory from a stranger cannot run code (DESIGN.md, "Run directory"): `rl-suite eval`, `export` and
-`train --resume` build environments only from registered native ids and plain keyword arguments that the task takes;
+"""A run directory from a stranger cannot run code (DESIGN.md, "Run directory"): `rl-suite eval`, `play`, `export`
+and `train --resume` build environments only from registered native ids and plain keyword arguments that the task takes;
 an adapter id read from a file needs the user to repeat it on the command line."""
 
 from __future__ import annotations
@@ -56,9 +56,10 @@ def crafted(source, tmp_path, env_id=None, env_kwargs=None, config_text=None):
 
 
 def commands(run_dir, tmp_path, env_id="CartPole-v1") -> dict[str, list[str]]:
-    """The three ways into a run directory, as a user types them (``env_id``: the id typed for the resume)."""
+    """The four ways into a run directory, as a user types them (``env_id``: the id typed for the resume)."""
     return {
         "eval": ["eval", str(run_dir), "--episodes", "2"],
+        "play": ["play", str(run_dir), "--video", str(tmp_path / "play.gif")],
         "export": ["export", str(run_dir), "-o", str(tmp_path / "policy.onnx")],
         "resume": ["train", "ppo", env_id, "--resume", str(run_dir), "--total-steps", "512"],
     }
@@ -74,7 +75,7 @@ def test_an_adapter_id_from_a_run_directory_is_refused(env_id, native_run, tmp_p
     marker = tmp_path / "marker"
     run_dir = crafted(native_run, tmp_path, env_id, {"command": f"touch {marker}"})
     argv = commands(run_dir, tmp_path)
-    for command in ("eval", "export"):
+    for command in ("eval", "export", "play"):
         err = error_of(argv[command], capsys)
         assert f"the run {run_dir} names the environment {env_id!r}, an adapter id" in err
         assert f"confirm the id on the command line: --env {env_id}" in err
@@ -82,7 +83,7 @@ def test_an_adapter_id_from_a_run_directory_is_refused(env_id, native_run, tmp_p
     err = error_of(argv["resume"], capsys)
     assert err == f"rl-suite: error: {run_dir} is a run of ppo on {env_id}, not of ppo on CartPole-v1"
     assert not marker.exists()
-    assert not (tmp_path / "policy.onnx").exists()
+    assert not (tmp_path / "policy.onnx").exists() and not (tmp_path / "play.gif").exists()
 
 
 def test_a_gym_run_needs_its_id_repeated_on_the_command_line(gym_run, tmp_path, capsys):

@@ -353,10 +353,18 @@ def test_evaluation_videos_go_to_the_run_directory_and_tensorboard(tmp_path):
 
 
 def test_a_task_that_cannot_render_costs_a_message_not_the_run(tmp_path, capsys):
-    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
-    summary = Runner(agent, env, run_config(video_every_steps=320), run_dir=tmp_path).run()
+    agent, env = build(PPO, "MultiGoal-v0", TINY_PPO)  # no gymnasium counterpart, so no renderer
+    config = run_config(env_id="MultiGoal-v0", video_every_steps=320)
+    summary = Runner(agent, env, config, run_dir=tmp_path).run()
     assert summary["env_steps"] == 640 and not (tmp_path / "videos").exists()
-    assert "no evaluation videos: NotImplementedError: CartPole-v1 does not render" in capsys.readouterr().out
+    assert "no evaluation videos: NotImplementedError: MultiGoal-v0 does not render" in capsys.readouterr().out
+
+
+def test_classic_tasks_record_evaluation_videos(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    Runner(agent, env, run_config(video_every_steps=320), run_dir=tmp_path).run()
+    videos = sorted(p.name for p in (tmp_path / "videos").glob("*.gif"))
+    assert videos == ["eval-000000000320.gif", "eval-000000000640.gif"]
 
 
 # -- starting a run from another run's agent (init_from) ---------------------------------------------------------

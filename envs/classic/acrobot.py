@@ -10,6 +10,7 @@ import torch
 
 from rl_suite.env import Selection
 from rl_suite.envs.classic.common import FlatStateEnv, stack_into
+from rl_suite.envs.classic.render import GymnasiumRendering
 
 
 def wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
@@ -19,7 +20,7 @@ def wrap(x: torch.Tensor, low: float, high: float) -> torch.Tensor:
     return torch.where(x < low, x + period * torch.ceil((low - x) / period), x)
 
 
-class Acrobot(FlatStateEnv):
+class Acrobot(GymnasiumRendering, FlatStateEnv):
     """Swing the tip of a two-link pendulum, actuated at the elbow, above a line.
 
     State ``[theta1, theta2, dtheta1, dtheta2]``; observation
@@ -30,6 +31,7 @@ class Acrobot(FlatStateEnv):
 
     reward_threshold = -100.0
     state_dim = 4
+    gymnasium_id = "Acrobot-v1"
 
     dt = 0.2
     link_length_1 = 1.0

@@ -11,9 +11,10 @@ import torch
 
 from rl_suite.env import Selection
 from rl_suite.envs.classic.common import FlatStateEnv
+from rl_suite.envs.classic.render import GymnasiumRendering
 
 
-class CartPole(FlatStateEnv):
+class CartPole(GymnasiumRendering, FlatStateEnv):
     """Push a cart left or right to keep a pole upright.
 
     State (as gymnasium's ``env.unwrapped.state``): ``[x, x_dot, theta, theta_dot]``; the observation is the
@@ -23,6 +24,7 @@ class CartPole(FlatStateEnv):
 
     reward_threshold = 475.0
     state_dim = 4
+    gymnasium_id = "CartPole-v1"
 
     gravity = 9.8
     masscart = 1.0

@@ -8,6 +8,7 @@ import torch
 
 from rl_suite.env import Selection
 from rl_suite.envs.classic.common import FlatState, FlatStateEnv
+from rl_suite.envs.classic.render import GymnasiumRendering
 
 MIN_POSITION, MAX_POSITION, MAX_SPEED = -1.2, 0.6, 0.07
 # Initial position uniform in [-0.6, -0.4), velocity 0.
@@ -28,7 +29,7 @@ def reached_goal(state: FlatState, goal_position: float, goal_velocity: float, o
     return torch.logical_and(position >= goal_position, velocity >= goal_velocity, out=out)
 
 
-class _Car(FlatStateEnv):
+class _Car(GymnasiumRendering, FlatStateEnv):
     """What both cars share: the state ``[position, velocity]``, its observation space, the goal's velocity and
     the initial states."""
 
@@ -57,6 +58,7 @@ class MountainCar(_Car):
     """
 
     reward_threshold = -110.0
+    gymnasium_id = "MountainCar-v0"
     force = 0.001
     goal_position = 0.5
 
@@ -82,6 +84,7 @@ class MountainCarContinuous(_Car):
     """
 
     reward_threshold = 90.0
+    gymnasium_id = "MountainCarContinuous-v0"
     power = 0.0015
     goal_position = 0.45
 

@@ -10,9 +10,10 @@ import torch
 
 from rl_suite.env import Selection
 from rl_suite.envs.classic.common import FlatStateEnv, stack_into
+from rl_suite.envs.classic.render import GymnasiumRendering
 
 
-class Pendulum(FlatStateEnv):
+class Pendulum(GymnasiumRendering, FlatStateEnv):
     """Swing a torque-limited pendulum up and hold it upright.
 
     State ``[theta, theta_dot]`` (``theta = 0`` is upright); observation ``[cos theta, sin theta, theta_dot]``.
@@ -21,6 +22,7 @@ class Pendulum(FlatStateEnv):
     """
 
     state_dim = 2
+    gymnasium_id = "Pendulum-v1"
     max_speed = 8.0
     max_torque = 2.0
     dt = 0.05

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model
+from rl_suite.video import VIDEO_FORMATS, check_video_path, write_video  # noqa: F401 (VIDEO_FORMATS: re-exported)
 
 _TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
 
@@ -215,7 +216,7 @@ def play(
         if renderer is not None:
             renderer.close()
     if video is not None:
-        _write_video(Path(video), np.stack(frames), fps=1.0 / period)
+        write_video(Path(video), np.stack(frames), fps=1.0 / period)
     velocities = np.asarray(velocities)
     error = velocities[:, :2] - np.asarray(command[:2])
     return {
@@ -227,32 +228,3 @@ def play(
         "fell": fell,
         "video": video,
     }
-
-
-VIDEO_FORMATS = (".gif", ".mp4")
-
-
-def check_video_path(path: Path) -> None:
-    """Refuse a video file that cannot be written: another format, or an MP4 without imageio-ffmpeg."""
-    suffix = path.suffix.lower()
-    if suffix not in VIDEO_FORMATS:
-        raise ValueError(f"cannot write a {suffix or 'suffixless'} video ({path}): give a .gif or an .mp4 file")
-    if suffix == ".mp4":
-        try:
-            import imageio_ffmpeg  # noqa: F401
-        except ImportError:
-            raise ValueError(
-                "writing .mp4 videos needs imageio-ffmpeg (pip install imageio-ffmpeg); .gif needs nothing"
-            ) from None
-
-
-def _write_video(path: Path, frames: np.ndarray, fps: float) -> None:
-    """``frames`` ``[T, H, W, 3]`` as a GIF, or as an MP4 through imageio-ffmpeg (``check_video_path``)."""
-    import imageio.v3 as iio
-
-    check_video_path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    if path.suffix.lower() == ".gif":
-        iio.imwrite(path, frames, extension=".gif", duration=1000.0 / fps, loop=0)
-    else:
-        iio.imwrite(path, frames, fps=fps, codec="libx264")

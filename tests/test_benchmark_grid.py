@@ -1,0 +1,148 @@
+"""``rl-suite benchmark``: a grid of ordinary runs, checked before anything is written, run in parallel processes,
+resumed exactly where a run was cut off, and reported from finished runs only with rliable's aggregates."""
+
+from __future__ import annotations
+
+import csv
+import json
+
+import numpy as np
+import pytest
+
+from rl_suite.benchmark import is_finished
+from rl_suite.checkpoint import checkpoints
+from rl_suite.cli import main
+from rl_suite.report import load_references
+
+QUICK = ["--total-steps", "2048", "--set", "progress=false", "eval_episodes=8", "eval_every_steps=1024",
+         "checkpoint_every_steps=1024", "n_steps=16", "epochs=2", "hidden=[16, 16]"]  # fmt: skip
+
+
+def error_of(args, capsys) -> str:
+    assert main(args) == 2
+    return capsys.readouterr().err.strip()
+
+
+def test_a_bad_grid_is_refused_before_anything_is_written(tmp_path, capsys):
+    bench = tmp_path / "bench"
+    where = ["--dir", str(bench), "--seeds", "2"]
+    assert "unknown algorithm 'ppp'. Did you mean 'ppo'" in error_of(
+        ["benchmark", "--algos", "ppo", "ppp", "--envs", "CartPole-v1", *where], capsys
+    )
+    assert "CartPole-v2" in error_of(["benchmark", "--algos", "ppo", "--envs", "CartPole-v2", *where], capsys)
+    assert "sac cannot train on CartPole-v1" in error_of(
+        ["benchmark", "--algos", "ppo", "sac", "--envs", "Pendulum-v1", "CartPole-v1", *where], capsys
+    )
+    assert "at least one of --algos" in error_of(["benchmark", "--envs", "CartPole-v1", *where], capsys)
+    assert "needs --seeds" in error_of(["benchmark", "--algos", "ppo", "--envs", "CartPole-v1", "--dir", str(bench)],
+                                       capsys)  # fmt: skip
+    assert "no_such_setting" in error_of(
+        ["benchmark", "--algos", "ppo", "--envs", "CartPole-v1", *where, "--set", "no_such_setting=1"], capsys
+    )
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("algos: [ppo]\nenvs: ['gym:CartPole-v1']\nseeds: 1\n")
+    assert "give those with --envs on the command line" in error_of(["benchmark", str(grid), "--dir", str(bench)],
+                                                                    capsys)  # fmt: skip
+    grid.write_text("algos: [ppo]\nenvs: [CartPole-v1]\nseed: 1\n")
+    assert "unknown keys ['seed']" in error_of(["benchmark", str(grid), "--dir", str(bench)], capsys)
+    assert "no grid.yaml" in error_of(["benchmark", "--report-only", "--dir", str(bench)], capsys)
+    assert not bench.exists()
+
+
+def test_a_grid_runs_in_parallel_resumes_a_cut_off_run_exactly_and_reports_finished_runs_only(tmp_path, capsys):
+    bench = tmp_path / "bench"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("algos: [ppo]\nenvs: [CartPole-v1]\nseeds: [0, 1]\n")
+    command = ["benchmark", str(grid), "--dir", str(bench), "--jobs", "2", *QUICK]
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "0 of 2 runs finished before; 2 to run, 2 at a time with 1 thread(s) each" in out
+    first = {seed: bench / "runs" / f"ppo__CartPole-v1__s{seed}" for seed in (0, 1)}
+    whole = {seed: json.loads((first[seed] / "summary.json").read_text()) for seed in first}
+    assert all(summary["env_steps"] == 2048 for summary in whole.values())
+    assert [row["env_steps"] for row in whole[0]["evaluations"]] == [1024, 2048]
+    # Cut seed 0 off as a kill between its two checkpoints would: no summary, and only the 1,024-step checkpoint.
+    (first[0] / "summary.json").unlink()
+    checkpoints(first[0])[0].unlink()
+    assert [path.name for path in checkpoints(first[0])] == ["step_000000001024.pt"]
+    assert main(["benchmark", "--report-only", "--dir", str(bench)]) == 0
+    assert "1 of 2 runs finished" in (bench / "report.md").read_text()  # the cut-off run is not reported
+    with (bench / "report.csv").open() as f:
+        assert [row["seed"] for row in csv.DictReader(f)] == ["1"]
+    kept = (first[1] / "summary.json").stat().st_mtime_ns
+    capsys.readouterr()
+
+    assert main(command) == 0
+    out = capsys.readouterr().out
+    assert "1 of 2 runs finished before; 1 to run" in out and "resuming ppo__CartPole-v1__s0" in out
+    assert "--resume" in (bench / "logs" / "ppo__CartPole-v1__s0.log").read_text()
+    assert (first[1] / "summary.json").stat().st_mtime_ns == kept  # the finished run was not run again
+    resumed = json.loads((first[0] / "summary.json").read_text())
+    # Exact resume (CPU): the same evaluations as the run that was never cut off.
+    assert resumed["final_eval"] == whole[0]["final_eval"]
+    assert [row["mean_return"] for row in resumed["evaluations"]] == [
+        row["mean_return"] for row in whole[0]["evaluations"]
+    ]
+
+    report = (bench / "report.md").read_text()
+    finals = [whole[seed]["final_eval"]["mean_return"] for seed in (0, 1)]
+    assert "2 of 2 runs finished" in report
+    assert f"{np.mean(finals):,.1f} ± {np.std(finals):,.1f} (n=2; best {max(finals):,.1f})" in report
+    reference = load_references()["CartPole-v1"]
+    scores = [(score - reference["random"]) / (reference["reference"] - reference["random"]) for score in finals]
+    mean_row = next(line for line in report.splitlines() if line.startswith("| ppo |"))
+    assert mean_row.split(" | ")[3].startswith(f"{np.mean(scores):.3f} [")  # the mean aggregate
+    with (bench / "report.csv").open() as f:
+        rows = list(csv.DictReader(f))
+    assert [float(row["final_return"]) for row in rows] == finals
+    assert all(row["machine"] != "not recorded" for row in rows)
+    assert (bench / "report_curves.png").stat().st_size > 0 and (bench / "report_profiles.png").stat().st_size > 0
+
+    # Another budget in the same directory would mix runs that do not compare.
+    assert "holds a benchmark with total_steps 2048, not 4096" in error_of(
+        ["benchmark", str(grid), "--dir", str(bench), "--total-steps", "4096", *QUICK[2:]], capsys
+    )
+
+
+@pytest.mark.parametrize("text", ["", '{"env_steps": 10', "[1, 2]"])
+def test_a_run_without_a_whole_summary_is_not_finished(tmp_path, text):
+    if text:
+        (tmp_path / "summary.json").write_text(text)
+    assert not is_finished(tmp_path)
+    (tmp_path / "summary.json").write_text('{"env_steps": 10}')
+    assert is_finished(tmp_path)
+
+
+def test_the_reference_scores_are_sourced_and_random_play_scores_zero():
+    references = load_references()
+    assert {"CartPole-v1", "HalfCheetah-v5", "dm_control/cheetah-run-v0"} <= set(references)
+    for env_id, entry in references.items():
+        assert entry["reference_source"] and entry["random_episodes"] >= 10, env_id
+        assert entry["random"] < entry["reference"], env_id  # random play is below every reference
+
+
+def test_a_variant_runs_its_algorithm_with_its_own_settings_after_the_grids(tmp_path, capsys):
+    from rl_suite.benchmark import BenchmarkRun, check_grid, load_grid, make_grid, train_command
+
+    grid_file = tmp_path / "grid.yaml"
+    grid_file.write_text("algos: [ppo, ppo-wide]\nenvs: [CartPole-v1]\nseeds: 1\nset: [eval_episodes=5]\n"
+                         "variants:\n  ppo-wide: {algo: ppo, set: ['hidden=[128, 128]']}\n")  # fmt: skip
+    grid = make_grid(load_grid(grid_file), settings=["progress=false"])
+    check_grid(grid)
+    run = BenchmarkRun("ppo-wide", "CartPole-v1", 0)
+    command = train_command(grid, run, tmp_path / "runs" / run.name)
+    assert command[3:6] == ["train", "ppo", "CartPole-v1"]
+    assert command[command.index("--set") + 1 :] == ["eval_episodes=5", "progress=false", "hidden=[128, 128]"]
+    plain = train_command(grid, BenchmarkRun("ppo", "CartPole-v1", 0), tmp_path / "runs" / "p")
+    assert plain[plain.index("--set") + 1 :] == ["eval_episodes=5", "progress=false"]
+    bench = tmp_path / "bench"
+    for variant, message in [
+        ("ppo: {algo: ppo}", "not an algorithm's name"),
+        ("wide/x: {algo: ppo}", "it names run directories"),
+        ("wide: {algo: ppo, sets: []}", "must be {algo: NAME, set: [KEY=VALUE, ...]}"),
+        ("wide: {algo: pppo}", "unknown algorithm 'pppo'"),
+        ("wide: {algo: ppo, set: [no_such_setting=1]}", "no_such_setting"),
+    ]:
+        grid_file.write_text(f"algos: [wide]\nenvs: [CartPole-v1]\nseeds: 1\nvariants:\n  {variant}\n")
+        assert message in error_of(["benchmark", str(grid_file), "--dir", str(bench)], capsys), variant
+    assert not bench.exists()
