@@ -108,13 +108,13 @@ class BenchmarkRun:
 
 
 def seeds_from(values: list[int] | int) -> tuple[int, ...]:
-    """``--seeds 5`` (one number: a count) means seeds 0-4; several numbers name the seeds."""
-    values = [values] if isinstance(values, int) else list(values)
-    if not values or any(type(value) is not int or value < 0 for value in values):
-        raise ValueError(f"seeds must be a count or a list of non-negative integers, got {values}")
-    seeds = tuple(range(values[0])) if len(values) == 1 else tuple(values)
+    """A count (``seeds: 5``, or ``--seeds 5`` on the command line) means seeds 0-4; a list names the seeds."""
+    listed = [values] if isinstance(values, int) else list(values) if isinstance(values, list | tuple) else [None]
+    if not listed or any(type(value) is not int or value < 0 for value in listed):
+        raise ValueError(f"seeds must be a count or a list of non-negative integers, got {values!r}")
+    seeds = tuple(range(values)) if isinstance(values, int) else tuple(listed)
     if not seeds or len(set(seeds)) != len(seeds):
-        raise ValueError(f"seeds must name at least one seed, each once, got {values}")
+        raise ValueError(f"seeds must name at least one seed, each once, got {values!r}")
     return seeds
 
 
@@ -149,7 +149,7 @@ def make_grid(file_values: dict, algos=None, envs=None, seeds=None, total_steps=
     values = {**file_values}
     given = {"algos": algos, "envs": envs, "seeds": seeds, "total_steps": total_steps,
              "time_budget_s": time_budget_s, "set": settings}  # fmt: skip
-    values.update({key: value for key, value in given.items() if value and key != "set"})
+    values.update({key: value for key, value in given.items() if value not in (None, [], ()) and key != "set"})
     values["set"] = [*(values.get("set") or []), *(settings or [])]  # the command line's settings after the file's
     for key in ("algos", "envs"):
         if not values.get(key):
@@ -291,17 +291,22 @@ def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threa
         raise ValueError(f"jobs must be at least 1, got {jobs}")
     slots = [cores[(slot * threads) % len(cores):][:threads] or cores[:threads] for slot in range(jobs)]
     (bench_dir / "logs").mkdir(parents=True, exist_ok=True)
+    # Two benchmarks in one directory would train one run twice. The runs inherit the lock, so it is held until the
+    # last of them has stopped, even when this process was killed (its runs then stop at their next step).
     lock = open(bench_dir / ".lock", "w")  # noqa: SIM115 - held until this function returns
     try:
-        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)  # two benchmarks in one directory would train one run twice
+        fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
     except BlockingIOError:
         lock.close()
-        raise RuntimeError(f"another rl-suite benchmark is running in {bench_dir}; wait for it, or stop it") from None
+        raise RuntimeError(
+            f"another rl-suite benchmark is running in {bench_dir}, or the runs of one that was stopped are writing "
+            "their checkpoints: wait for them, or stop them"
+        ) from None
     with lock:
-        return _run_all(bench_dir, grid, jobs, slots, threads, echo)
+        return _run_all(bench_dir, grid, jobs, slots, threads, echo, lock.fileno())
 
 
-def _run_all(bench_dir, grid, jobs, slots, threads, echo) -> list[str]:
+def _run_all(bench_dir, grid, jobs, slots, threads, echo, lock_fd: int) -> list[str]:
     runs = grid.runs()
     waiting = [run for run in runs if not is_finished(run_dir(bench_dir, run))]
     echo(f"{len(runs) - len(waiting)} of {len(runs)} runs finished before; {len(waiting)} to run, {jobs} at a time "
@@ -313,7 +318,7 @@ def _run_all(bench_dir, grid, jobs, slots, threads, echo) -> list[str]:
             for slot in range(jobs):
                 if slot not in running and waiting:
                     run = waiting.pop(0)
-                    running[slot] = (_launch(bench_dir, grid, run, slots[slot], threads, echo), run)
+                    running[slot] = (_launch(bench_dir, grid, run, slots[slot], threads, echo, lock_fd), run)
             time.sleep(0.2)
             for slot, (process, run) in list(running.items()):
                 if process.poll() is None:
@@ -340,7 +345,7 @@ def _run_all(bench_dir, grid, jobs, slots, threads, echo) -> list[str]:
     return failed
 
 
-def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads: int, echo) -> subprocess.Popen:
+def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads: int, echo, lock_fd: int):
     directory = run_dir(bench_dir, run)
     command = train_command(grid, run, directory)
     if "--resume" in command:
@@ -361,7 +366,7 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
 
     try:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=in_the_child,
-                                start_new_session=True)  # fmt: skip
+                                start_new_session=True, pass_fds=(lock_fd,))  # fmt: skip
     finally:
         log.close()  # the child has its own copy of the descriptor
 

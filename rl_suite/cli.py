@@ -303,7 +303,8 @@ def _cmd_benchmark(args) -> int:
     if args.report_only:
         grid = None
     else:
-        grid = make_grid(file_values, args.algos, args.envs, args.seeds, args.total_steps, args.time_budget, args.set)
+        seeds = args.seeds[0] if args.seeds and len(args.seeds) == 1 else args.seeds  # one number is a count
+        grid = make_grid(file_values, args.algos, args.envs, seeds, args.total_steps, args.time_budget, args.set)
     try:
         return benchmark(bench_dir, grid, args.jobs, args.threads, args.references, args.report_only)
     except KeyboardInterrupt:

@@ -141,7 +141,7 @@ def write_report(folder: pathlib.Path, runs: list[dict], expected: int, referenc
     lines += _returns_table(algos, tasks, final, references)
     lines += _aggregates_section(folder, algos, tasks, final, references)
     _write_csv(folder / "report.csv", runs, final, references)
-    if _plot_curves(folder / "report_curves.png", algos, tasks, runs):
+    if runs and _plot_curves(folder / "report_curves.png", algos, tasks, runs):
         lines += ["", "Learning curves: `report_curves.png` (evaluation return, mean over seeds with a 95% bootstrap "
                   "band, against env steps and against wall-clock)."]  # fmt: skip
     lines += ["One row per finished run: `report.csv`."]

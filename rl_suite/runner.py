@@ -27,6 +27,8 @@ import json
 import math
 import os
 import pathlib
+import signal
+import threading
 import time
 import warnings
 from typing import Any
@@ -264,8 +266,9 @@ class Runner:
         if self.warm_start_note:
             logger.message(self.warm_start_note)
         stop = distributed.broadcast_flag(self._should_stop(started))
+        interrupt = DeferredInterrupt(logger.message)
         try:
-            while not stop:
+            while not stop and not interrupt.requested:
                 self.collector.collect(self.agent.steps_per_iteration)
                 metrics = self.agent.update(self.buffer, progress=self.env_steps / config.total_steps)
                 self.env_steps += steps_per_iteration
@@ -288,12 +291,12 @@ class Runner:
                 if self.env_steps >= self.next_checkpoint or stop:
                     self.next_checkpoint = _next(self.env_steps, config.checkpoint_every_steps)
                     self._checkpoint(time.perf_counter() - started)
-        except KeyboardInterrupt:
-            if distributed.world_size() == 1:  # ranks interrupted at different points cannot gather a checkpoint
-                logger.message("interrupted: writing a checkpoint")
-                self._checkpoint(time.perf_counter() - started)
-            raise
+                elif interrupt.requested:  # at the end of an iteration: the resumed run goes on as if never stopped
+                    self._checkpoint(time.perf_counter() - started)
+            if interrupt.requested and not stop:
+                raise KeyboardInterrupt
         finally:
+            interrupt.restore()
             self.agent.close()
             logger.close()
         summary = self._summary(time.perf_counter() - started)
@@ -515,6 +518,30 @@ class Runner:
         if local["buffer"] is not None:
             self.buffer.load_state_dict(local["buffer"])
         set_rng_state(local["rng"])
+
+
+class DeferredInterrupt:
+    """Ctrl-C (SIGINT) during a run of one process, in its main thread: the first one lets the iteration finish, a
+    checkpoint is written and the run stops (``KeyboardInterrupt``), so the checkpoint is of a consistent state (an
+    interrupt in the middle of a rollout or an update would leave a half-filled buffer); a second one stops at once,
+    without a checkpoint. Elsewhere (other threads, torchrun's ranks, which cannot gather a checkpoint at different
+    points) SIGINT keeps its usual effect."""
+
+    def __init__(self, message):
+        self.requested, self.message = False, message
+        self.installed = distributed.world_size() == 1 and threading.current_thread() is threading.main_thread()
+        if self.installed:
+            self.previous = signal.signal(signal.SIGINT, self._handle)
+
+    def _handle(self, signum, frame) -> None:
+        self.requested = True
+        self.restore()  # a second Ctrl-C interrupts at once
+        self.message("interrupted: finishing this iteration and writing a checkpoint (Ctrl-C again: stop now)")
+
+    def restore(self) -> None:
+        if self.installed:
+            signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
+            self.installed = False
 
 
 def _next(steps: int, every: int) -> int:

@@ -146,3 +146,51 @@ def test_a_variant_runs_its_algorithm_with_its_own_settings_after_the_grids(tmp_
         grid_file.write_text(f"algos: [wide]\nenvs: [CartPole-v1]\nseeds: 1\nvariants:\n  {variant}\n")
         assert message in error_of(["benchmark", str(grid_file), "--dir", str(bench)], capsys), variant
     assert not bench.exists()
+
+
+def test_a_benchmark_killed_mid_run_loses_nothing_and_its_rerun_finishes_the_run(tmp_path):
+    """SIGKILL the benchmark while its run trains: the kernel interrupts the run (PR_SET_PDEATHSIG), which writes a
+    checkpoint and stops without a summary; the rerun resumes it to the end."""
+    import fcntl
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    bench = tmp_path / "bench"
+    command = [sys.executable, "-m", "rl_suite", "benchmark", "--algos", "ppo", "--envs", "CartPole-v1", "--seeds",
+               "1", "--dir", str(bench), "--total-steps", "60000", "--set", "progress=false", "eval_episodes=4",
+               "eval_every_steps=1000000", "checkpoint_every_steps=1000000", "n_steps=16", "epochs=1"]  # fmt: skip
+    log = bench / "logs" / "ppo__CartPole-v1__s0.log"
+    benchmark = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 120
+    while not (log.is_file() and "training ppo on CartPole-v1" in log.read_text()):  # the run is training
+        assert time.monotonic() < deadline and benchmark.poll() is None, "the run did not start"
+        time.sleep(0.2)
+    time.sleep(1.0)
+    os.kill(benchmark.pid, signal.SIGKILL)
+    benchmark.wait()
+    run = bench / "runs" / "ppo__CartPole-v1__s0"
+    while not checkpoints(run):  # written by the interrupted run on its way out
+        assert time.monotonic() < deadline, "the orphaned run wrote no checkpoint"
+        time.sleep(0.2)
+    assert not is_finished(run)
+    cut_at = int(checkpoints(run)[0].stem.removeprefix("step_"))
+    assert 0 < cut_at < 60_000
+    # Until the orphaned run has stopped, it holds the directory: a rerun would train it twice at once.
+    with open(bench / ".lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # waits for it
+    rerun = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert rerun.returncode == 0, rerun.stdout + rerun.stderr
+    assert "0 of 1 runs finished before" in rerun.stdout and "resuming ppo__CartPole-v1__s0" in rerun.stdout
+    assert 60_000 <= json.loads((run / "summary.json").read_text())["env_steps"] < 60_000 + 8 * 16
+
+
+def test_seeds_are_a_count_or_a_list():
+    from rl_suite.benchmark import seeds_from
+
+    assert seeds_from(3) == (0, 1, 2) and seeds_from([3]) == (3,) and seeds_from([4, 1]) == (4, 1)
+    for bad in (0, [], [1, 1], [-1], "3", [True]):
+        with pytest.raises(ValueError, match="seeds must"):
+            seeds_from(bad)

@@ -3,6 +3,7 @@ that really run at the same time, and faults that stop a run cleanly."""
 
 from __future__ import annotations
 
+import signal
 import threading
 
 import pytest
@@ -266,8 +267,8 @@ def test_an_interrupted_run_parks_its_workers_for_a_last_checkpoint_and_stops_th
 
     def interrupted_at_step_300(actions):
         calls[0] += 1
-        if calls[0] == 300:  # as if Ctrl-C arrived while the learners were busy
-            raise KeyboardInterrupt
+        if calls[0] == 300:  # Ctrl-C while the learners are busy: the iteration (one step) finishes first
+            signal.raise_signal(signal.SIGINT)
         return step(actions)
 
     env.step = interrupted_at_step_300
@@ -275,11 +276,11 @@ def test_an_interrupted_run_parks_its_workers_for_a_last_checkpoint_and_stops_th
         Runner(agent, env, run_config(total_steps=10**6, checkpoint_every_steps=10**6), run_dir=tmp_path).run()
     assert rl_suite_threads() == []
     path, state = load_latest(tmp_path)
-    assert state["runner"]["env_steps"] == 299 * 8
+    assert state["runner"]["env_steps"] == 300 * 8
     counts = state["agent"]["counters"]["balancer"]
     assert counts["critic"] > 0 and counts["policy"] > 0
     resumed, env = build(seed=3)
-    Runner(resumed, env, run_config(total_steps=299 * 8), run_dir=tmp_path, resume=True)  # it loads
+    Runner(resumed, env, run_config(total_steps=300 * 8), run_dir=tmp_path, resume=True)  # it loads
     assert resumed.balancer.counts == counts
 
 

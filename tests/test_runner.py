@@ -154,6 +154,47 @@ def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_
     assert torch.equal(parameters(agent), straight)
 
 
+@pytest.mark.parametrize(
+    "algo, env_id, settings, in_update",
+    [(PPO, "CartPole-v1", TINY_PPO, True), (PPO, "CartPole-v1", TINY_PPO, False), (SAC, "Pendulum-v1", TINY_SAC, True)],
+    ids=["ppo-in-update", "ppo-in-rollout", "sac-in-update"],
+)
+def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitwise_equal(
+    tmp_path, algo, env_id, settings, in_update
+):
+    """SIGINT in the middle of a rollout or an update: the iteration finishes, the checkpoint written then is of a
+    consistent state (not a half-filled buffer), and the run resumed from it ends as the run that never stopped."""
+    import signal
+
+    config = run_config(env_id=env_id, algo=algo.name, checkpoint_every_steps=10**6)
+    agent, env = build(algo, env_id, settings)
+    Runner(agent, env, config, run_dir=tmp_path / "straight").run()
+    straight = parameters(agent)
+
+    agent, env = build(algo, env_id, settings)
+    calls = [0]
+    target, name = (agent, "update") if in_update else (env, "step")
+    original = getattr(target, name)
+
+    def interrupted(*args, **kwargs):
+        calls[0] += 1
+        if calls[0] == (7 if in_update else 50):
+            signal.raise_signal(signal.SIGINT)  # as Ctrl-C would, halfway through the call
+        return original(*args, **kwargs)
+
+    setattr(target, name, interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        Runner(agent, env, config, run_dir=tmp_path / "resumed").run()
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the runner's handler is gone
+    (path,) = checkpoints(tmp_path / "resumed")
+    cut_at = int(path.stem.removeprefix("step_"))
+    assert 0 < cut_at < 640 and not (tmp_path / "resumed" / "summary.json").exists()
+    agent, env = build(algo, env_id, settings, seed=123)
+    summary = Runner(agent, env, config, run_dir=tmp_path / "resumed", resume=True).run()
+    assert summary["env_steps"] == 640
+    assert torch.equal(parameters(agent), straight)
+
+
 def test_a_run_killed_while_saving_keeps_its_last_good_checkpoint(tmp_path, monkeypatch):
     agent, env = build(PPO, "CartPole-v1", TINY_PPO)
     Runner(agent, env, run_config(total_steps=320), run_dir=tmp_path).run()
