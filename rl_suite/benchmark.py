@@ -43,6 +43,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import yaml
@@ -302,8 +303,19 @@ def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threa
             f"another rl-suite benchmark is running in {bench_dir}, or the runs of one that was stopped are writing "
             "their checkpoints: wait for them, or stop them"
         ) from None
-    with lock:
-        return _run_all(bench_dir, grid, jobs, slots, threads, echo, lock.fileno())
+    main_thread = threading.current_thread() is threading.main_thread()
+    if main_thread:  # a scheduler's SIGTERM stops the runs as Ctrl-C does
+        previous = signal.signal(signal.SIGTERM, _as_interrupt)
+    try:
+        with lock:
+            return _run_all(bench_dir, grid, jobs, slots, threads, echo, lock.fileno())
+    finally:
+        if main_thread:
+            signal.signal(signal.SIGTERM, signal.SIG_DFL if previous is None else previous)
+
+
+def _as_interrupt(signum, frame):
+    raise KeyboardInterrupt
 
 
 def _run_all(bench_dir, grid, jobs, slots, threads, echo, lock_fd: int) -> list[str]:

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl_suite.video import can_write_mp4, check_video_path, write_video
+from rl_suite.video import can_write_mp4, check_video_path, frame_rate, write_video
 
 
 def has_display() -> bool:
@@ -103,14 +103,6 @@ def play_run(
         "frames": len(frames),
         "video": None if viewer else str(video),
     }
-
-
-def frame_rate(env) -> float:
-    """The rate a task is shown at: its ``render_fps`` where it has one, else one frame per step (``1 / dt``)."""
-    fps = getattr(env, "render_fps", None)
-    if fps is None:
-        fps = 1.0 / getattr(env, "dt", 1.0 / 30)
-    return float(fps)
 
 
 @torch.no_grad()

@@ -89,7 +89,7 @@ class RunConfig:
     """Write a checkpoint every this many env steps (and at the end)."""
     video_every_steps: int = 0
     """Record a video of one evaluation episode every this many env steps (and at the end) into ``videos/`` and
-    TensorBoard; 0 for none. Needs an environment that renders (the MuJoCo tasks)."""
+    TensorBoard; 0 for none. Needs an environment that renders (the classic and MuJoCo tasks)."""
     init_from: str | None = None
     """Start a new run from another run's agent: a checkpoint file or a run directory (its newest checkpoint), of the
     same algorithm. Weights and observation statistics carry over, observation terms added at the end start with
@@ -377,7 +377,7 @@ class Runner:
         """Record one evaluation episode; a video that cannot be made (no renderer, no OpenGL) costs a message,
         never the run."""
         from rl_suite.registry import make
-        from rl_suite.video import record_episode, write_gif
+        from rl_suite.video import frame_rate, record_episode, write_gif
 
         try:
             if self.video_env is None:
@@ -390,7 +390,7 @@ class Runner:
             logger.message(f"no evaluation videos: {type(error).__name__}: {error}")
             self.next_video = math.inf
             return
-        fps = 1.0 / getattr(self.video_env, "dt", 1.0 / 30)
+        fps = frame_rate(self.video_env)  # the task's render_fps where it has one, else a frame per step
         path = write_gif(self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif", frames, fps)
         logger.video("eval/video", path, frames.shape[1:], self.env_steps)
 
@@ -521,27 +521,30 @@ class Runner:
 
 
 class DeferredInterrupt:
-    """Ctrl-C (SIGINT) during a run of one process, in its main thread: the first one lets the iteration finish, a
-    checkpoint is written and the run stops (``KeyboardInterrupt``), so the checkpoint is of a consistent state (an
-    interrupt in the middle of a rollout or an update would leave a half-filled buffer); a second one stops at once,
-    without a checkpoint. Elsewhere (other threads, torchrun's ranks, which cannot gather a checkpoint at different
-    points) SIGINT keeps its usual effect."""
+    """Ctrl-C (SIGINT) or a scheduler's SIGTERM during a run of one process, in its main thread: the first one lets
+    the iteration finish, a checkpoint is written and the run stops (``KeyboardInterrupt``), so that the checkpoint is
+    of a consistent state (an interrupt in the middle of a rollout or an update would leave a half-filled buffer); a
+    second one has its usual effect at once, without a checkpoint. Elsewhere (other threads, torchrun's ranks, which
+    cannot gather a checkpoint at different points) both keep their usual effect."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __init__(self, message):
-        self.requested, self.message = False, message
-        self.installed = distributed.world_size() == 1 and threading.current_thread() is threading.main_thread()
-        if self.installed:
-            self.previous = signal.signal(signal.SIGINT, self._handle)
+        self.requested, self.message, self.previous = False, message, {}
+        if distributed.world_size() == 1 and threading.current_thread() is threading.main_thread():
+            self.previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
 
     def _handle(self, signum, frame) -> None:
         self.requested = True
-        self.restore()  # a second Ctrl-C interrupts at once
-        self.message("interrupted: finishing this iteration and writing a checkpoint (Ctrl-C again: stop now)")
+        self.restore()  # a second signal acts at once
+        self.message(
+            f"{signal.Signals(signum).name}: finishing this iteration and writing a checkpoint (again: stop now)"
+        )
 
     def restore(self) -> None:
-        if self.installed:
-            signal.signal(signal.SIGINT, signal.SIG_DFL if self.previous is None else self.previous)
-            self.installed = False
+        for number, previous in self.previous.items():
+            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+        self.previous = {}
 
 
 def _next(steps: int, every: int) -> int:

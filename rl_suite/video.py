@@ -75,3 +75,11 @@ def write_video(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.P
         # H.264 in yuv420p needs even sides; imageio would otherwise stretch each side to a multiple of 16
         iio.imwrite(path, frames, fps=fps, codec="libx264", macro_block_size=2)
     return path
+
+
+def frame_rate(env) -> float:
+    """The rate a task is shown at: its ``render_fps`` where it has one, else one frame per step (``1 / dt``)."""
+    fps = getattr(env, "render_fps", None)
+    if fps is None:
+        fps = 1.0 / getattr(env, "dt", 1.0 / 30)
+    return float(fps)

@@ -155,15 +155,21 @@ def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_
 
 
 @pytest.mark.parametrize(
-    "algo, env_id, settings, in_update",
-    [(PPO, "CartPole-v1", TINY_PPO, True), (PPO, "CartPole-v1", TINY_PPO, False), (SAC, "Pendulum-v1", TINY_SAC, True)],
-    ids=["ppo-in-update", "ppo-in-rollout", "sac-in-update"],
+    "algo, env_id, settings, in_update, signal_name",
+    [
+        (PPO, "CartPole-v1", TINY_PPO, True, "SIGINT"),
+        (PPO, "CartPole-v1", TINY_PPO, False, "SIGINT"),
+        (SAC, "Pendulum-v1", TINY_SAC, True, "SIGINT"),
+        (PPO, "CartPole-v1", TINY_PPO, False, "SIGTERM"),
+    ],
+    ids=["ppo-in-update", "ppo-in-rollout", "sac-in-update", "ppo-sigterm-in-rollout"],
 )
 def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitwise_equal(
-    tmp_path, algo, env_id, settings, in_update
+    tmp_path, algo, env_id, settings, in_update, signal_name
 ):
-    """SIGINT in the middle of a rollout or an update: the iteration finishes, the checkpoint written then is of a
-    consistent state (not a half-filled buffer), and the run resumed from it ends as the run that never stopped."""
+    """SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) in the middle of a rollout or an update: the iteration
+    finishes, the checkpoint written then is of a consistent state (not a half-filled buffer), and the run resumed
+    from it ends as the run that never stopped."""
     import signal
 
     config = run_config(env_id=env_id, algo=algo.name, checkpoint_every_steps=10**6)
@@ -179,13 +185,15 @@ def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitw
     def interrupted(*args, **kwargs):
         calls[0] += 1
         if calls[0] == (7 if in_update else 50):
-            signal.raise_signal(signal.SIGINT)  # as Ctrl-C would, halfway through the call
+            signal.raise_signal(getattr(signal, signal_name))  # as Ctrl-C or kill would, halfway through the call
         return original(*args, **kwargs)
 
     setattr(target, name, interrupted)
     with pytest.raises(KeyboardInterrupt):
         Runner(agent, env, config, run_dir=tmp_path / "resumed").run()
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # the runner's handler is gone
+    # the runner's handlers are gone
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL
     (path,) = checkpoints(tmp_path / "resumed")
     cut_at = int(path.stem.removeprefix("step_"))
     assert 0 < cut_at < 640 and not (tmp_path / "resumed" / "summary.json").exists()
