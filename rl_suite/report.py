@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import csv
 import math
+import os
 import pathlib
+import tempfile
 
 import numpy as np
 import yaml
@@ -126,7 +128,23 @@ def write_report(folder: pathlib.Path, runs: list[dict], expected: int, referenc
                  title: str, notes: list[str] = ()) -> pathlib.Path:  # fmt: skip
     """``report.md``, ``report.csv``, ``report_curves.png`` and ``report_profiles.png`` in ``folder`` over the finished
     ``runs`` (each: ``algo``, ``env_id``, ``seed`` and the run's summary.json as ``summary``) of the ``expected``
-    runs. Returns the markdown file's path."""
+    runs. Returns the markdown file's path. The files are made in a scratch folder and moved into place only once
+    all of them are written, so that a failure leaves the previous report whole, never half of a new one."""
+    folder.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=folder, prefix=".report-") as scratch:
+        made = _write_report_files(pathlib.Path(scratch), runs, expected, references, title, notes)
+        for old in REPORT_FILES:  # a picture the new report has not (no finished run yet) must not stay behind
+            if old not in made:
+                (folder / old).unlink(missing_ok=True)
+        for name in made:
+            os.replace(pathlib.Path(scratch) / name, folder / name)
+    return folder / "report.md"
+
+
+REPORT_FILES = ("report.csv", "report_curves.png", "report_profiles.png", "report.md")
+
+
+def _write_report_files(folder: pathlib.Path, runs, expected, references, title, notes) -> list[str]:
     algos = list(dict.fromkeys(run["algo"] for run in runs))
     tasks = list(dict.fromkeys(run["env_id"] for run in runs))
     final = {(run["algo"], run["env_id"], run["seed"]): _final_return(run["summary"]) for run in runs}
@@ -145,9 +163,8 @@ def write_report(folder: pathlib.Path, runs: list[dict], expected: int, referenc
         lines += ["", "Learning curves: `report_curves.png` (evaluation return, mean over seeds with a 95% bootstrap "
                   "band, against env steps and against wall-clock)."]  # fmt: skip
     lines += ["One row per finished run: `report.csv`."]
-    path = folder / "report.md"
-    path.write_text("\n".join(lines) + "\n")
-    return path
+    (folder / "report.md").write_text("\n".join(lines) + "\n")
+    return [name for name in REPORT_FILES if (folder / name).exists()]
 
 
 def _final_return(summary: dict) -> float:

@@ -194,3 +194,27 @@ def test_seeds_are_a_count_or_a_list():
     for bad in (0, [], [1, 1], [-1], "3", [True]):
         with pytest.raises(ValueError, match="seeds must"):
             seeds_from(bad)
+
+
+def test_a_report_that_fails_leaves_the_previous_one_whole(tmp_path, monkeypatch):
+    from rl_suite import report
+
+    def run(seed, final):
+        curve = [{"env_steps": 1000, "wall_time_s": 1.0, "mean_return": final / 2},
+                 {"env_steps": 2000, "wall_time_s": 2.0, "mean_return": final}]  # fmt: skip
+        summary = {"env_steps": 2000, "wall_time_s": 2.0, "final_eval": {"mean_return": final}, "evaluations": curve}
+        return {"algo": "ppo", "env_id": "CartPole-v1", "seed": seed, "summary": summary}
+
+    references = load_references()
+    report.write_report(tmp_path, [run(0, 100.0), run(1, 200.0)], 2, references, "first")
+    before = {name: (tmp_path / name).read_bytes() for name in report.REPORT_FILES}
+    assert "150.0 ± 50.0 (n=2; best 200.0)" in before["report.md"].decode()
+
+    def broken(*args):
+        raise RuntimeError("the plot failed")
+
+    monkeypatch.setattr(report, "_plot_profiles", broken)
+    with pytest.raises(RuntimeError, match="the plot failed"):
+        report.write_report(tmp_path, [run(0, 300.0), run(1, 400.0), run(2, 500.0)], 3, references, "second")
+    assert {name: (tmp_path / name).read_bytes() for name in report.REPORT_FILES} == before
+    assert sorted(path.name for path in tmp_path.iterdir()) == sorted(report.REPORT_FILES)  # no scratch left
