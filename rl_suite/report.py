@@ -74,12 +74,14 @@ def curve_band(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[np.
 
 
 def on_grid(xs: list[np.ndarray], ys: list[np.ndarray], points: int = 50) -> tuple[np.ndarray, np.ndarray]:
-    """Curves measured at different x (evaluations at different wall-clock times) on one grid from 0 to the shortest
-    curve's end, by linear interpolation (each curve held at its first value before it):
-    ``(grid, [curves, points])``."""
+    """Curves measured at different x (evaluations at different wall-clock times) on one grid over the x that all of
+    them cover, from the latest first point to the earliest last one, by linear interpolation (nothing is drawn
+    where a curve was not measured): ``(grid, [curves, points])``."""
     if not xs or any(len(x) == 0 for x in xs):
         raise ValueError("every curve needs at least one point")
-    grid = np.linspace(0.0, min(float(np.max(x)) for x in xs), points)
+    start = max(float(np.min(x)) for x in xs)
+    end = max(start, min(float(np.max(x)) for x in xs))
+    grid = np.linspace(start, end, points)
     curves = [np.interp(grid, np.asarray(x, float), np.asarray(y, float)) for x, y in zip(xs, ys, strict=True)]
     return grid, np.stack(curves)
 

@@ -45,10 +45,10 @@ def test_the_curve_band_is_the_mean_over_seeds_with_a_bootstrap_interval():
         curve_band(np.zeros(3))
 
 
-def test_curves_at_different_times_go_onto_one_grid_up_to_the_shortest():
+def test_curves_at_different_times_go_onto_one_grid_where_all_were_measured():
     grid, curves = on_grid([np.array([0.0, 10.0, 20.0]), np.array([5.0, 15.0])], [np.array([0, 1, 2]),
                            np.array([10, 20])], points=4)  # fmt: skip
-    np.testing.assert_allclose(grid, [0.0, 5.0, 10.0, 15.0])
-    np.testing.assert_allclose(curves, [[0.0, 0.5, 1.0, 1.5], [10.0, 10.0, 15.0, 20.0]])
+    np.testing.assert_allclose(grid, [5.0, 25 / 3, 35 / 3, 15.0])  # where both curves were measured
+    np.testing.assert_allclose(curves, [[0.5, 5 / 6, 7 / 6, 1.5], [10.0, 10 + 10 / 3, 10 + 20 / 3, 20.0]])
     with pytest.raises(ValueError, match="every curve needs at least one point"):
         on_grid([np.array([])], [np.array([])])
