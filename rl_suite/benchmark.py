@@ -280,16 +280,21 @@ def _union(first: list, second: list) -> list:
     return list(dict.fromkeys([*first, *second]))
 
 
+def parallelism(jobs: int | None, threads: int) -> tuple[list[int], int]:
+    """The cores this process may use, and how many runs go at once (default: as many as the cores hold)."""
+    cores = sorted(os.sched_getaffinity(0))
+    if threads < 1 or threads > len(cores):
+        raise ValueError(f"threads must be between 1 and the {len(cores)} cores this process may use, got {threads}")
+    if jobs is not None and jobs < 1:
+        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    return cores, jobs or max(1, len(cores) // threads)
+
+
 def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threads: int = 1, echo=print) -> list[str]:
     """Run every run of ``grid`` that has not finished, ``jobs`` at a time; returns the failed runs' names (with
     their logs named in what ``echo`` printed). On Ctrl-C every running run is interrupted, writes its checkpoint and
     stops; a rerun continues them."""
-    cores = sorted(os.sched_getaffinity(0))
-    if threads < 1 or threads > len(cores):
-        raise ValueError(f"threads must be between 1 and the {len(cores)} cores this process may use, got {threads}")
-    jobs = jobs or max(1, len(cores) // threads)
-    if jobs < 1:
-        raise ValueError(f"jobs must be at least 1, got {jobs}")
+    cores, jobs = parallelism(jobs, threads)
     slots = [cores[(slot * threads) % len(cores):][:threads] or cores[:threads] for slot in range(jobs)]
     (bench_dir / "logs").mkdir(parents=True, exist_ok=True)
     # Two benchmarks in one directory would train one run twice. The runs inherit the lock, so it is held until the
@@ -402,6 +407,7 @@ def benchmark(bench_dir: pathlib.Path, grid: Grid, jobs=None, threads: int = 1, 
     references = load_references(references)  # a bad file fails before any run
     failed = []
     if not report_only:
+        parallelism(jobs, threads)  # a bad number fails before anything is written
         start_benchmark(bench_dir, grid)
         failed = run_grid(bench_dir, grid, jobs=jobs, threads=threads, echo=echo)
     recorded = bench_dir / "grid.yaml"

@@ -46,6 +46,9 @@ def test_a_bad_grid_is_refused_before_anything_is_written(tmp_path, capsys):
     grid.write_text("algos: [ppo]\nenvs: [CartPole-v1]\nseed: 1\n")
     assert "unknown keys ['seed']" in error_of(["benchmark", str(grid), "--dir", str(bench)], capsys)
     assert "no grid.yaml" in error_of(["benchmark", "--report-only", "--dir", str(bench)], capsys)
+    good = ["benchmark", "--algos", "ppo", "--envs", "CartPole-v1", *where]
+    assert "threads must be between 1 and" in error_of([*good, "--threads", "0"], capsys)
+    assert "jobs must be at least 1, got 0" in error_of([*good, "--jobs", "0"], capsys)
     assert not bench.exists()
 
 
