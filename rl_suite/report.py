@@ -11,7 +11,6 @@ a 95% stratified-bootstrap confidence interval (runs resampled within each task)
 from __future__ import annotations
 
 import csv
-import math
 import os
 import pathlib
 import tempfile
@@ -147,6 +146,11 @@ REPORT_FILES = ("report.csv", "report_curves.png", "report_profiles.png", "repor
 
 
 def _write_report_files(folder: pathlib.Path, runs, expected, references, title, notes) -> list[str]:
+    unevaluated = [run for run in runs if not run["summary"].get("final_eval")]
+    if unevaluated:
+        names = ", ".join(f"{run['algo']} on {run['env_id']} seed {run['seed']}" for run in unevaluated)
+        notes = [*notes, f"Finished without an evaluation (eval_episodes 0), so left out: {names}.", ""]
+        runs = [run for run in runs if run not in unevaluated]
     algos = list(dict.fromkeys(run["algo"] for run in runs))
     tasks = list(dict.fromkeys(run["env_id"] for run in runs))
     final = {(run["algo"], run["env_id"], run["seed"]): _final_return(run["summary"]) for run in runs}
@@ -170,8 +174,7 @@ def _write_report_files(folder: pathlib.Path, runs, expected, references, title,
 
 
 def _final_return(summary: dict) -> float:
-    final = summary.get("final_eval") or {}
-    return float(final.get("mean_return", math.nan))
+    return float(summary["final_eval"]["mean_return"])
 
 
 def _returns_table(algos, tasks, final, references) -> list[str]:

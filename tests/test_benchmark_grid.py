@@ -221,3 +221,15 @@ def test_a_report_that_fails_leaves_the_previous_one_whole(tmp_path, monkeypatch
         report.write_report(tmp_path, [run(0, 300.0), run(1, 400.0), run(2, 500.0)], 3, references, "second")
     assert {name: (tmp_path / name).read_bytes() for name in report.REPORT_FILES} == before
     assert sorted(path.name for path in tmp_path.iterdir()) == sorted(report.REPORT_FILES)  # no scratch left
+
+
+def test_a_finished_run_without_an_evaluation_is_named_and_left_out(tmp_path):
+    from rl_suite import report
+
+    evaluated = {"algo": "ppo", "env_id": "CartPole-v1", "seed": 0, "summary": {
+        "final_eval": {"mean_return": 120.0, "episodes": 10}, "evaluations": [
+            {"env_steps": 100, "wall_time_s": 1.0, "mean_return": 120.0}]}}  # fmt: skip
+    blind = {"algo": "ppo", "env_id": "CartPole-v1", "seed": 1, "summary": {"final_eval": None, "evaluations": []}}
+    text = report.write_report(tmp_path, [evaluated, blind], 2, load_references(), "t").read_text()
+    assert "without an evaluation (eval_episodes 0), so left out: ppo on CartPole-v1 seed 1" in text
+    assert "120.0 ± 0.0 (n=1; best 120.0)" in text and "nan" not in text.lower()
