@@ -220,14 +220,11 @@ def write_report(path: pathlib.Path, lines: list[str]) -> None:
 
 def pyplot():
     """matplotlib's pyplot on the Agg backend, or ``None`` (said on stderr) where matplotlib is not installed."""
-    try:
-        import matplotlib
+    from rl_suite.report import pyplot
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
+    plt = pyplot()
+    if plt is None:
         print("no matplotlib: no plot", file=sys.stderr)
-        return None
     return plt
 
 

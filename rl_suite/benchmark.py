@@ -105,7 +105,9 @@ class BenchmarkRun:
 
     @property
     def name(self) -> str:
-        return f"{self.algo}__{self.env_id.replace(':', '_').replace('/', '_')}__s{self.seed}"
+        from rl_suite.runner import env_id_as_name
+
+        return f"{self.algo}__{env_id_as_name(self.env_id)}__s{self.seed}"
 
 
 def seeds_from(values: list[int] | int) -> tuple[int, ...]:

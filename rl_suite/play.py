@@ -10,7 +10,6 @@ if it names a native task (an adapter id must be repeated, ``env_id``), the agen
 from __future__ import annotations
 
 import functools
-import os
 import pathlib
 import time
 from typing import Any
@@ -18,11 +17,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from rl_suite.video import can_write_mp4, check_video_path, frame_rate, write_video
-
-
-def has_display() -> bool:
-    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+from rl_suite.video import can_write_mp4, check_video_path, frame_rate, has_display, write_video
 
 
 def play_run(

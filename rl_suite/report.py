@@ -255,19 +255,21 @@ def _write_csv(path: pathlib.Path, runs, final, references) -> None:
                              max(returns, default=""), score, summary.get("machine", "not recorded")])  # fmt: skip
 
 
-def _pyplot():
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, or ``None`` where the bench extra is not installed (a report then has
+    its tables, without pictures)."""
     try:
         import matplotlib
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-    except ImportError:  # the bench extra is not installed: the report has its tables, without pictures
+    except ImportError:
         return None
     return plt
 
 
 def _plot_curves(path: pathlib.Path, algos, tasks, runs) -> bool:
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return False
     figure, axes = plt.subplots(2, len(tasks), figsize=(4.5 * len(tasks), 7), squeeze=False)
@@ -295,7 +297,7 @@ def _plot_curves(path: pathlib.Path, algos, tasks, runs) -> bool:
 
 
 def _plot_profiles(path: pathlib.Path, tables: dict[str, np.ndarray]) -> bool:
-    plt = _pyplot()
+    plt = pyplot()
     if plt is None:
         return False
     every = np.concatenate([table.ravel() for table in tables.values()])

@@ -121,12 +121,15 @@ class RunConfig:
     that dies ends the run sooner: torchrun stops the other workers)."""
 
 
+def env_id_as_name(env_id: str) -> str:
+    """``env_id`` as part of a directory's name: ``gym:Ant-v5`` -> ``gym_Ant-v5``, ``dm_control/cheetah-run-v0`` ->
+    ``dm_control_cheetah-run-v0``."""
+    return env_id.replace(":", "_").replace("/", "_")
+
+
 def default_run_dir(config: RunConfig) -> pathlib.Path:
     stamp = datetime.datetime.now().strftime("%Y%m%d-%H%M%S")
-    return (
-        pathlib.Path("runs")
-        / f"{config.algo}-{config.env_id.replace(':', '_').replace('/', '_')}-s{config.seed}-{stamp}"
-    )
+    return pathlib.Path("runs") / f"{config.algo}-{env_id_as_name(config.env_id)}-s{config.seed}-{stamp}"
 
 
 @torch.no_grad()
@@ -377,7 +380,7 @@ class Runner:
         """Record one evaluation episode; a video that cannot be made (no renderer, no OpenGL) costs a message,
         never the run."""
         from rl_suite.registry import make
-        from rl_suite.video import frame_rate, record_episode, write_gif
+        from rl_suite.video import frame_rate, record_episode, write_video
 
         try:
             if self.video_env is None:
@@ -391,7 +394,7 @@ class Runner:
             self.next_video = math.inf
             return
         fps = frame_rate(self.video_env)  # the task's render_fps where it has one, else a frame per step
-        path = write_gif(self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif", frames, fps)
+        path = write_video(self.run_dir / "videos" / f"eval-{self.env_steps:012d}.gif", frames, fps)
         logger.video("eval/video", path, frames.shape[1:], self.env_steps)
 
     def _summary(self, wall_time: float) -> dict[str, Any]:

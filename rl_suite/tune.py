@@ -38,7 +38,7 @@ import yaml
 
 from rl_suite.config import ConfigError, coerce, field_types, parse_assignments, read_yaml
 from rl_suite.registry import load_algorithm
-from rl_suite.runner import RunConfig
+from rl_suite.runner import RunConfig, env_id_as_name
 from rl_suite.settings import new_run_settings
 
 TYPES = ("float", "int", "categorical")
@@ -226,7 +226,7 @@ class Plan:
 
 
 def default_study_name(algo: str, env_id: str) -> str:
-    return f"{algo}-{env_id.replace(':', '_').replace('/', '_')}"
+    return f"{algo}-{env_id_as_name(env_id)}"
 
 
 def tune(

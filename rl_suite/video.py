@@ -1,8 +1,9 @@
-"""Videos of episodes: rendered frames of one environment, written as an animated GIF into the run directory,
-which the run's trackers log (rl_suite/logger.py), or as the GIF or MP4 of ``rl-suite play`` (``write_video``)."""
+"""Videos of episodes: rendered frames of one environment, written (``write_video``) as the animated GIFs of a run's
+evaluations, which its trackers log (rl_suite/logger.py), or as the GIF or MP4 of ``rl-suite play``."""
 
 from __future__ import annotations
 
+import os
 import pathlib
 
 import numpy as np
@@ -22,20 +23,6 @@ def record_episode(agent, env, max_frames: int = 300, width: int = 240, height: 
             break
         frames.append(env.render(0, width=width, height=height))
     return np.stack(frames)
-
-
-def gif_bytes(frames: np.ndarray, fps: float) -> bytes:
-    """An animated GIF that loops, at ``fps`` frames per second (GIF counts in hundredths of a second)."""
-    import imageio.v3 as iio
-
-    return iio.imwrite("<bytes>", frames, extension=".gif", duration=1000.0 / fps, loop=0)
-
-
-def write_gif(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.Path:
-    """Save the frames as an animated GIF at ``path`` (the run's trackers then log that file)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_bytes(gif_bytes(frames, fps))
-    return path
 
 
 VIDEO_FORMATS = (".gif", ".mp4")
@@ -75,6 +62,11 @@ def write_video(path: pathlib.Path, frames: np.ndarray, fps: float) -> pathlib.P
         # H.264 in yuv420p needs even sides; imageio would otherwise stretch each side to a multiple of 16
         iio.imwrite(path, frames, fps=fps, codec="libx264", macro_block_size=2)
     return path
+
+
+def has_display() -> bool:
+    """Whether a window can open (an X11 or Wayland display): MuJoCo's viewer, pygame's video driver."""
+    return bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
 
 
 def frame_rate(env) -> float:

@@ -17,7 +17,7 @@ from rl_suite.cli import main
 from rl_suite.logger import RunLogger, WandbTracker
 from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
-from rl_suite.video import write_gif
+from rl_suite.video import write_video
 
 TINY_PPO = dict(n_steps=8, epochs=1, minibatches=1, hidden=(16,))
 
@@ -131,7 +131,7 @@ def test_a_resumed_run_continues_its_wandb_run(tmp_path, offline_wandb):
 def test_wandb_gets_the_evaluation_videos(tmp_path, offline_wandb):
     frames = np.zeros((3, 8, 8, 3), dtype=np.uint8)
     frames[1, :, :, 0] = frames[2, :, :, 1] = 255
-    gif = write_gif(tmp_path / "videos" / "eval.gif", frames, fps=10)
+    gif = write_video(tmp_path / "videos" / "eval.gif", frames, fps=10)
     logger = RunLogger(tmp_path, total_steps=10, progress=False, loggers="tensorboard,wandb", config={"run": {}})
     logger.video("eval/video", gif, frames.shape[1:], step=5)
     logger.close()

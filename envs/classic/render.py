@@ -9,6 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.registration import load_env_creator
 
+from rl_suite.video import has_display
+
 
 class GymnasiumRendering:
     """``render`` for a classic task whose ``get_state()`` rows are gymnasium's ``env.unwrapped.state`` of
@@ -45,7 +47,7 @@ class GymnasiumRendering:
         if reference is not None and self._gymnasium_size == size:
             return reference
         self.close_renderer()
-        if not (os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY")):
+        if not has_display():
             os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # off-screen surfaces need no video driver: no probing
         reference = gym.make(self.gymnasium_id, render_mode="rgb_array").unwrapped
         reference.reset(seed=0)  # some renderers read attributes that reset sets (Pendulum's last_u)

@@ -23,7 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model
-from rl_suite.video import VIDEO_FORMATS, check_video_path, write_video  # noqa: F401 (VIDEO_FORMATS: re-exported)
+from rl_suite.video import check_video_path, has_display, write_video
 
 _TERMS = ("base_lin_vel", "base_ang_vel", "projected_gravity", "command", "joint_pos", "joint_vel", "last_action")
 
@@ -165,7 +165,6 @@ def play(
     file (``.gif``, or ``.mp4`` with imageio-ffmpeg installed), from the model's ``track`` camera where it has one.
     ``viewer``: show it in MuJoCo's viewer, in real time (``None``: when a display exists and no video is asked for).
     Returns what happened: the RMS planar tracking error (m/s), the mean velocities, and whether the robot fell."""
-    import os
     import time
 
     from rl_suite.deploy.runtime import load_policy
@@ -182,7 +181,7 @@ def play(
     robot = MujocoRobot(policy.robot, command=command)
     steps = max(1, round(seconds * float(policy.robot["control_hz"])))
     if viewer is None:
-        viewer = video is None and bool(os.environ.get("DISPLAY") or os.environ.get("WAYLAND_DISPLAY"))
+        viewer = video is None and has_display()
     frames, renderer, window = [], None, None
     if video is not None:
         from rl_suite.envs.mujoco.env import OffscreenRenderer
