@@ -41,23 +41,25 @@ def aggregates(scores: dict[str, np.ndarray], reps: int = 2000, seed: int = 0) -
         return np.array([metrics.aggregate_iqm(table), metrics.aggregate_median(table),
                          metrics.aggregate_mean(table), metrics.aggregate_optimality_gap(table)])  # fmt: skip
 
-    # The stratified bootstrap (runs resampled with replacement within each task, as rliable's
-    # StratifiedBootstrap does), drawn here from a numpy Generator: rliable's own goes through arch, whose
-    # RandomState path does not give the same draws twice.
     rng = np.random.default_rng(seed)
-    points, intervals = {}, {}
-    for name, table in scores.items():
-        table = np.asarray(table, dtype=float)
-        runs, tasks = table.shape
-        rows = rng.integers(0, runs, size=(reps, runs, tasks))
-        resampled = np.array([all_four(table[rows[r], np.arange(tasks)]) for r in range(reps)])
-        points[name] = all_four(table)
-        intervals[name] = np.percentile(resampled, [2.5, 97.5], axis=0)
+    estimates = {name: stratified_bootstrap(table, all_four, reps, rng) for name, table in scores.items()}
     return {
-        name: {aggregate: (float(points[name][i]), float(intervals[name][0, i]), float(intervals[name][1, i]))
-               for i, aggregate in enumerate(AGGREGATES)}  # fmt: skip
-        for name in scores
+        name: {aggregate: (float(point[i]), float(lower[i]), float(upper[i])) for i, aggregate in enumerate(AGGREGATES)}
+        for name, (point, lower, upper) in estimates.items()
     }
+
+
+def stratified_bootstrap(table, statistic, reps: int, rng: np.random.Generator) -> tuple:
+    """``statistic`` of the ``[runs, tasks]`` ``table``, and its 95% stratified-bootstrap interval: runs resampled
+    with replacement within each task, as rliable's StratifiedBootstrap does, drawn here from a numpy Generator
+    (rliable's own goes through arch, whose RandomState path does not give the same draws twice). Returns
+    ``(point, lower, upper)``."""
+    table = np.asarray(table, dtype=float)
+    runs, tasks = table.shape
+    rows = rng.integers(0, runs, size=(reps, runs, tasks))
+    resampled = np.array([statistic(table[rows[r], np.arange(tasks)]) for r in range(reps)])
+    lower, upper = np.percentile(resampled, [2.5, 97.5], axis=0)
+    return statistic(table), lower, upper
 
 
 def curve_band(values: np.ndarray, reps: int = 2000, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -89,17 +91,11 @@ def performance_profile(table: np.ndarray, taus: np.ndarray, reps: int = 2000, s
     """rliable's score distribution (Agarwal et al., section 4): at each threshold ``tau``, the fraction of runs whose
     normalised score exceeds it, averaged over tasks; ``table`` is ``[runs, tasks]``. Returns the profile and its
     95% stratified-bootstrap band, ``(profile, lower, upper)``, each ``[len(taus)]``."""
-    table = np.asarray(table, dtype=float)
-    runs, tasks = table.shape
 
     def profile(scores: np.ndarray) -> np.ndarray:
         return (scores[None, :, :] > np.asarray(taus)[:, None, None]).mean(axis=(1, 2))
 
-    rng = np.random.default_rng(seed)
-    rows = rng.integers(0, runs, size=(reps, runs, tasks))
-    resampled = np.array([profile(table[rows[r], np.arange(tasks)]) for r in range(reps)])
-    lower, upper = np.percentile(resampled, [2.5, 97.5], axis=0)
-    return profile(table), lower, upper
+    return stratified_bootstrap(table, profile, reps, np.random.default_rng(seed))
 
 
 # -- the report of a benchmark directory (rl-suite benchmark) ----------------------------------------------------
