@@ -3,11 +3,12 @@ CPU: the benchmark that decides whether the off-policy side catches up.
 
 Each run trains one training (``--trainings``) with its shipped settings for the task (``agents/hyperparams/``), plus
 the option that names it, for the task's budget (``TASK_MINUTES``: 15 minutes on HalfCheetah-v5, Ant-v5 and
-Humanoid-v5, 60 on QuadrupedVelocity-Flat-v0; ``--minutes`` overrides), evaluations included. Runs go one after
-another, each in its own process with the whole machine (PQL's workers are threads, PPO's updates use both cores),
-for every seed (``--seeds``, default 0 1 2). The script prints its estimate first: the full suite is 6 trainings x 3
-seeds x (3 x 15 + 60) minutes, about 31 hours, so it is meant to be run in parts, with ``--runs-dir
-benchmarks/results/finished`` (committed) keeping what each part finished.
+Humanoid-v5, 60 on QuadrupedVelocity-Flat-v0; ``--minutes`` overrides), evaluations included. Runs go ``--jobs`` at
+a time (default 2), each in its own process pinned to its own core with one torch thread, as the MuJoCo suite against
+stable-baselines3 runs (so PQL's actor and learners share their one core), for every seed (``--seeds``, default 0 1
+2). The script prints its estimate first: the full suite is 6 trainings x 3 seeds x (3 x 15 + 60) minutes, about 31
+core-hours, so it is meant to be run in parts, with ``--runs-dir benchmarks/results/finished`` (committed) keeping
+what each part finished.
 
 The score is the evaluation return on the MuJoCo tasks (10 deterministic episodes) and the RMS planar tracking error
 on the quadruped (32 episodes; lower is better). The goals, from the issue:
@@ -22,7 +23,7 @@ Annealed Q-learning anneals its expectile over ``ANNEAL_STEPS`` env steps, about
 a time budget has no step budget for the schedule to follow.
 
     python benchmarks/offpolicy.py [--tasks HalfCheetah-v5 ...] [--trainings flashsac sac ...] [--seeds 0 1 2]
-        [--minutes M] [--runs-dir DIR] [--results-dir benchmarks/results]
+        [--minutes M] [--jobs 2] [--runs-dir DIR] [--results-dir benchmarks/results]
 
 Writes into ``--results-dir``: ``offpolicy.md`` (per task and training: env steps, final and best score as mean ± std
 over seeds with the best seed; the goals' verdicts; a uniformly random policy's score), ``offpolicy.csv`` (one row
@@ -35,11 +36,7 @@ from __future__ import annotations
 import argparse
 import csv
 import datetime
-import json
 import pathlib
-import subprocess
-import sys
-import tempfile
 
 import common
 import numpy as np
@@ -103,35 +100,36 @@ def run(job: dict) -> dict:
 
 
 def run_all(args) -> list[dict]:
-    """Every (task, training, seed), one at a time; finished runs are kept (``common.FinishedRuns``)."""
-    finished = common.FinishedRuns(args, "offpolicy")
+    """Every (task, training, seed), ``--jobs`` at a time, each on its own core; finished runs are kept
+    (``common.FinishedRuns``) and not run again."""
+    jobs = [
+        dict(
+            task=task,
+            label=label,
+            algo=TRAININGS[label][0],
+            seed=seed,
+            minutes=args.minutes or TASK_MINUTES[task],
+            overrides=overrides_for(label, task),
+            settings=common.shipped_settings(TRAININGS[label][0], task),
+        )
+        for task in args.tasks
+        for label in args.trainings
+        for seed in args.seeds
+    ]
+
+    def describe(result: dict) -> str:
+        return (
+            f"{result['task']} {result['label']} seed {result['seed']}: final {result['curve'][-1]['score']:.3f}, "
+            f"{result['env_steps']:,} steps"
+        )
+
     rows = []
-    with tempfile.TemporaryDirectory() as scratch:
-        for task in args.tasks:
-            for label in args.trainings:
-                for seed in args.seeds:
-                    algo = TRAININGS[label][0]
-                    job = dict(
-                        task=task,
-                        label=label,
-                        algo=algo,
-                        seed=seed,
-                        minutes=args.minutes or TASK_MINUTES[task],
-                        overrides=overrides_for(label, task),
-                        settings=common.shipped_settings(algo, task),
-                    )
-                    result = finished.get(job)
-                    if result is None:
-                        out = pathlib.Path(scratch) / "run.json"
-                        subprocess.run([sys.executable, __file__, "--worker", json.dumps(job), str(out)], check=True)
-                        result = finished.put(job, json.loads(out.read_text()))
-                    row = {**result, "task": task, "label": label, "seed": seed}
-                    row["final"] = row["curve"][-1]["score"]
-                    row["best"] = best_score(task, [p["score"] for p in row["curve"]])
-                    rows.append(row)
-                    print(
-                        f"{task} {label} seed {seed}: final {row['final']:.3f}, {row['env_steps']:,} steps", flush=True
-                    )
+    for job, result in zip(jobs, common.run_pinned(common.FinishedRuns(args, "offpolicy"), jobs, __file__, args.jobs,
+                                                   describe), strict=True):  # fmt: skip
+        row = {**result, "task": job["task"], "label": job["label"], "seed": job["seed"]}
+        row["final"] = row["curve"][-1]["score"]
+        row["best"] = best_score(job["task"], [p["score"] for p in row["curve"]])
+        rows.append(row)
     return rows
 
 
@@ -229,8 +227,8 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
     lines = [
         "# FlashSAC, SAC (+DSAC, +annealed Q), PQL and PPO at equal wall-clock",
         "",
-        f"Machine: {common.cpu_name()}. Run: `python benchmarks/offpolicy.py` on {datetime.date.today()}, one run at a "
-        "time with the whole machine; shipped settings (agents/hyperparams/*.yaml) plus each training's option. "
+        f"Machine: {common.cpu_name()}. Run: `python benchmarks/offpolicy.py` on {datetime.date.today()}, each run on "
+        "its own core with one torch thread; shipped settings (agents/hyperparams/*.yaml) plus each training's option. "
         + common.commits_line(rows),
         "",
         common.seeds_line(list(args.seeds)),
@@ -299,16 +297,20 @@ def main() -> None:
     parser.add_argument("--minutes", type=float, default=None, help="every run's budget (default: the task's)")
     common.add_seed_arguments(parser)
     common.add_resume_arguments(parser)
-    parser.add_argument("--worker", nargs=2, help=argparse.SUPPRESS)  # JSON job, output file: one run, here
+    common.add_pool_arguments(parser)
     args = parser.parse_args()
     if args.worker:
-        job, out = json.loads(args.worker[0]), args.worker[1]
-        pathlib.Path(out).write_text(json.dumps(run(job)))
+        common.run_worker(args.worker, run)
         return
     common.check_seed_arguments(parser, args)
+    common.check_pool_arguments(parser, args)
     minutes = sum(args.minutes or TASK_MINUTES[t] for t in args.tasks) * len(args.trainings) * len(args.seeds)
-    parts = common.grid((args.tasks, "task"), (args.trainings, "training"), (args.seeds, "seed")) + ", one at a time"
-    print(f"Estimated wall-clock: {parts}: {common.duration(minutes)}, less the runs kept.", flush=True)
+    parts = common.grid((args.tasks, "task"), (args.trainings, "training"), (args.seeds, "seed"))
+    print(
+        f"Estimated wall-clock: {parts}, {args.jobs} at a time: {common.duration(minutes / args.jobs)}, less the runs "
+        "kept.",
+        flush=True,
+    )
     randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks}
     write_results(run_all(args), randoms, args)
 

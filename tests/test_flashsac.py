@@ -75,6 +75,33 @@ def test_the_weight_projection_holds_after_each_update_and_without_it_the_norms_
     assert max(drift["rows"]) > 1e-3 and max(drift["batch_norm"]) > 1e-3
 
 
+def test_batch_norm_matches_torch_batch_norm_member_by_member():
+    """The ensemble batch norm against torch's ``F.batch_norm`` on each member alone: outputs, input gradients and
+    running statistics in training; outputs on the running statistics in evaluation."""
+    torch.manual_seed(0)
+    norm = BatchNorm(2, 3, momentum=0.1)
+    with torch.no_grad():
+        norm.weight.copy_(torch.rand(2, 1, 3) + 0.5)
+        norm.bias.copy_(torch.randn(2, 1, 3))
+    x = (torch.randn(2, 7, 3) * 4 + 2).requires_grad_()
+    ours = norm(x, training=True)
+    ours.square().sum().backward()
+    for member in range(2):
+        reference_x = x.detach()[member].clone().requires_grad_()
+        running_mean, running_var = torch.zeros(3), torch.ones(3)
+        weight, bias = norm.weight.detach()[member, 0], norm.bias.detach()[member, 0]
+        reference = torch.nn.functional.batch_norm(
+            reference_x, running_mean, running_var, weight, bias, training=True, momentum=0.1, eps=norm.eps
+        )
+        reference.square().sum().backward()
+        torch.testing.assert_close(ours[member], reference)
+        torch.testing.assert_close(x.grad[member], reference_x.grad)
+        torch.testing.assert_close(norm.running_mean[member, 0], running_mean)
+        torch.testing.assert_close(norm.running_var[member, 0], running_var)
+        evaluated = torch.nn.functional.batch_norm(x.detach()[member], running_mean, running_var, weight, bias)
+        torch.testing.assert_close(norm(x.detach(), training=False)[member], evaluated)
+
+
 def test_each_architecture_switch_changes_what_it_says():
     full = FlashSAC(OBS, ACTIONS, **SMALL)
     blocks = full.critic.net.blocks
