@@ -60,18 +60,25 @@ class CellGrid:
     """Fixed-radius nearest neighbours of ``[N, Q, 2]`` queries among ``[N, M, 2]`` points in ``[0, L]^2``, per
     environment, through a grid of ``cells`` x ``cells`` square cells of side ``cell_size`` (at least the radius).
 
-    ``build`` sorts the points by cell into a table of ``capacity`` slots per cell (x, y and the point's index; empty
-    slots at infinity), padded with a ring of empty cells, and lays it out as windows of 3 neighbouring cells of a
-    row. A query's candidates are then 3 windows (the rows above, at and below its cell): three row gathers, with the
-    index arithmetic done per cell rather than per query and slot. Where the 9 cells' slots would outnumber the points
-    (``9 * capacity >= M``), every point is a candidate instead: all pairs are then both exact and cheaper."""
+    ``build`` sorts the points by cell into three tables (x, y and the point's index; empty slots at infinity) of
+    ``capacity`` slots per cell, padded with a ring of empty cells. Three neighbouring cells of a row lie next to each
+    other in a table, so a strided view of it (no copy) holds every such window of 3 cells as one row, and a query's
+    candidates are 3 windows (the rows above, at and below its cell): three row gathers of the x and of the y table,
+    kept apart so that the distance arithmetic runs on contiguous memory; the index table is read for the chosen
+    points only. Where the 9 cells' slots would outnumber the points (``9 * capacity >= M``), every point is a
+    candidate instead: all pairs are then both exact and cheaper."""
 
     def __init__(self, num_envs: int, side: float, cell_size: float, capacity: int, device: torch.device):
         self.cells = g = max(1, math.ceil(side / cell_size))
         self.cell_size, self.capacity = cell_size, capacity
         self.env_row = torch.arange(num_envs, device=device).view(-1, 1, 1) * (g + 2)  # first padded row of each env
         self.rows = torch.arange(3, device=device)
-        self._padded = torch.empty(num_envs, g + 2, g + 2, capacity, 3, device=device)  # x, y, point index
+        self._padded = torch.empty(3, num_envs, g + 2, g + 2, capacity, device=device)  # x, y, point index
+        # window w of a table holds its cells w, w + 1 and w + 2 (in row-major order over every environment)
+        cells, plane = num_envs * (g + 2) ** 2, self._padded[0].numel()
+        self._windows = [
+            self._padded.as_strided((cells - 2, 3 * capacity), (capacity, 1), table * plane) for table in range(3)
+        ]
 
     def _cell_xy(self, positions: torch.Tensor) -> torch.Tensor:
         return positions.div(self.cell_size).floor_().long().clamp_(0, self.cells - 1)
@@ -92,26 +99,31 @@ class CellGrid:
         rank = torch.arange(n * m, device=points.device) - (counts.cumsum(0) - counts).index_select(0, sorted_key)
         kept = order[rank < c]  # beyond a cell's capacity a point is not written
         slot = (env[kept], xy[kept, 0] + 1, xy[kept, 1] + 1, rank[rank < c])
-        values = torch.cat((points.reshape(-1, 2).index_select(0, kept), kept.remainder(m).unsqueeze(1).float()), 1)
-        self._padded[..., :2].fill_(torch.inf)
-        self._padded.index_put_(slot, values)
-        width = 3 * c * 3  # 3 cells of c slots of (x, y, point)
-        # window (row r, column j) of the padded grid holds its cells j, j + 1, j + 2 of row r
-        self.windows = self._padded.view(n, g + 2, -1).unfold(2, width, c * 3).reshape(-1, width)
+        self._padded[:2].fill_(torch.inf)
+        for table, values in enumerate((*points.reshape(-1, 2).index_select(0, kept).t(), kept.remainder(m).float())):
+            self._padded[table].index_put_(slot, values)
 
-    def _candidates(self, queries: torch.Tensor):
-        """Each query's candidates: their offsets from it ``dx, dy`` ``[N, Q, K]`` (``inf`` for an empty slot) and their
-        indices among their environment's points ``[N, Q, K]``."""
+    def _candidates(self, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """Each query's candidates' x and y ``[N, Q, K]`` (``inf`` for an empty slot), and the 3 windows they come
+        from ``[N, Q, 3]`` (``None`` for all pairs, where candidate j is point j)."""
         n, q = queries.shape[:2]
         if self.all_pairs:
-            delta = self.points.unsqueeze(1) - queries.unsqueeze(2)  # [N, Q, M, 2]
-            point = torch.arange(self.per_env, device=queries.device).expand(n, q, -1)
-            return delta[..., 0], delta[..., 1], point
+            x, y = (self.points[..., axis].unsqueeze(1).expand(n, q, -1) for axis in range(2))
+            return x, y, None
         xy = self._cell_xy(queries)
         # the query's cell is padded (row + 1, column + 1): the windows of rows row .. row + 2 starting at column
-        window = ((self.env_row + xy[..., :1] + self.rows) * self.cells + xy[..., 1:]).flatten()
-        found = self.windows.index_select(0, window).view(n, q, -1, 3)
-        return found[..., 0] - queries[..., :1], found[..., 1] - queries[..., 1:], found[..., 2].long()
+        window = (self.env_row + xy[..., :1] + self.rows) * (self.cells + 2) + xy[..., 1:]
+        flat = window.flatten()
+        x, y = (self._windows[table].index_select(0, flat).view(n, q, -1) for table in range(2))
+        return x, y, window
+
+    def _points(self, window: torch.Tensor | None, slot: torch.Tensor) -> torch.Tensor:
+        """The point indices of the candidates ``slot`` ``[N, Q, j]`` among those of ``window`` (``_candidates``)."""
+        if window is None:
+            return slot
+        width = 3 * self.capacity  # slots per window; window w's slots start at table element w * capacity
+        start = window.gather(2, torch.div(slot, width, rounding_mode="floor")) * self.capacity
+        return self._padded[2].take(start + slot.remainder(width)).long()
 
     def query(self, queries: torch.Tensor, k: int, radius: float, exclude_self: bool = False):
         """The ``k`` nearest built points within ``radius`` of each query, nearest first: their positions relative to
@@ -119,17 +131,24 @@ class CellGrid:
         squared distance (``inf`` for an empty slot) and its index among its environment's points (meaningless for an
         empty slot).
         ``exclude_self``: query q is point q of the same environment, not its own neighbour."""
-        dx, dy, point = self._candidates(queries)
-        dist2 = torch.addcmul(dx * dx, dy, dy)
-        outside = dist2 > radius * radius  # empty slots are at infinity, so outside too
-        if exclude_self:
-            outside |= point == torch.arange(queries.shape[1], device=queries.device).view(1, -1, 1)
-        dist2.masked_fill_(outside, torch.inf)
+        x, y, window = self._candidates(queries)
+        dx, dy = x - queries[..., :1], y - queries[..., 1:]
+        dist2 = torch.addcmul(dx * dx, dy, dy)  # empty slots at infinity
+        if exclude_self:  # every candidate's index: a third row gather
+            own = torch.arange(queries.shape[1], device=queries.device, dtype=dx.dtype).view(1, -1, 1)
+            if window is None:
+                every = torch.arange(dist2.shape[-1], device=queries.device, dtype=dx.dtype)
+            else:
+                every = self._windows[2].index_select(0, window.flatten()).view_as(dist2)
+            dist2.masked_fill_(every == own, torch.inf)
+        # The k smallest of all candidates: those within the radius come before every one outside it, so that
+        # cutting at the radius after the selection leaves the k nearest within it.
         k_found = min(k, dist2.shape[-1])
         nearest, index = dist2.topk(k_found, dim=-1, largest=False, sorted=True)
-        sensed = nearest.isfinite()
+        sensed = nearest <= radius * radius
+        nearest.masked_fill_(~sensed, torch.inf)
         relative = torch.stack((dx.gather(2, index), dy.gather(2, index)), -1).masked_fill_(~sensed.unsqueeze(-1), 0.0)
-        point = point.gather(2, index)
+        point = self._points(window, index)
         if k_found < k:  # fewer points than slots: the rest are empty
             pad = k - k_found
             nearest = torch.nn.functional.pad(nearest, (0, pad), value=torch.inf)
