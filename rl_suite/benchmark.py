@@ -48,6 +48,8 @@ import time
 
 import yaml
 
+from rl_suite.device import usable_cores
+
 GRID_KEYS = ("algos", "envs", "seeds", "total_steps", "time_budget_s", "set", "variants")
 VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
 
@@ -284,7 +286,7 @@ def _union(first: list, second: list) -> list:
 
 def parallelism(jobs: int | None, threads: int) -> tuple[list[int], int]:
     """The cores this process may use, and how many runs go at once (default: as many as the cores hold)."""
-    cores = sorted(os.sched_getaffinity(0))
+    cores = usable_cores()
     if threads < 1 or threads > len(cores):
         raise ValueError(f"threads must be between 1 and the {len(cores)} cores this process may use, got {threads}")
     if jobs is not None and jobs < 1:

@@ -29,3 +29,10 @@ def cpu_name() -> str:
     except (OSError, StopIteration):
         pass
     return f"{cpu}, {os.cpu_count()} cores"
+
+
+def usable_cores() -> list[int]:
+    """The CPU cores this process may run on: its affinity where the system keeps one (``taskset`` narrows it)."""
+    if hasattr(os, "sched_getaffinity"):
+        return sorted(os.sched_getaffinity(0))
+    return list(range(os.cpu_count() or 1))

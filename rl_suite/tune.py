@@ -37,6 +37,7 @@ import numpy as np
 import yaml
 
 from rl_suite.config import ConfigError, coerce, field_types, parse_assignments, read_yaml
+from rl_suite.device import usable_cores
 from rl_suite.registry import load_algorithm
 from rl_suite.runner import RunConfig, env_id_as_name
 from rl_suite.settings import new_run_settings
@@ -277,7 +278,7 @@ def tune(
         run_worker(plan, 0, shares[0], seeds[0], threads=None)
     else:
         spawn = multiprocessing.get_context("spawn")
-        threads = max(1, _cores() // workers)  # workers share the cores rather than oversubscribe them
+        threads = max(1, len(usable_cores()) // workers)  # workers share the cores rather than oversubscribe them
         processes = [
             spawn.Process(target=run_worker, args=(plan, index, share, seeds[index], threads), name=f"tune-{index}")
             for index, share in enumerate(shares)
@@ -291,10 +292,6 @@ def tune(
         if failed:
             raise RuntimeError(f"workers failed: {', '.join(failed)}; their errors are above")
     return best_report(plan.study_name, storage, algo.name, env_id, opened)
-
-
-def _cores() -> int:
-    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
 def _study(plan: Plan, storage, sampler=None, create: bool = False):
