@@ -54,7 +54,7 @@ from torch import nn
 
 from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
-from rl_suite.buffers import ReplayBuffer, transition_spec
+from rl_suite.buffers import ReplayBuffer, running_returns, transition_spec
 from rl_suite.categorical import distributional_target
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussian
@@ -214,11 +214,7 @@ class ReturnScale(nn.Module):
     @torch.no_grad()
     def observe(self, returns: torch.Tensor, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
         """Fold ``[T, N]`` rewards (oldest first) into the running returns ``[N]``; returns the new running returns."""
-        seen = torch.empty_like(rewards)
-        for t in range(rewards.shape[0]):
-            returns = returns * self.gamma + rewards[t]
-            seen[t] = returns
-            returns = returns * ~done[t]
+        seen, returns = running_returns(returns, rewards, done, self.gamma)
         self.stats.update(seen)
         torch.maximum(self.largest, seen.abs().max().double(), out=self.largest)
         return returns

@@ -15,6 +15,20 @@ import torch
 Spec = dict[str, tuple[tuple[int, ...], torch.dtype]]  # field name -> (shape of one environment's entry, dtype)
 
 
+def running_returns(
+    running: torch.Tensor, rewards: torch.Tensor, done: torch.Tensor, gamma: float
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """Carry each environment's discounted return G <- gamma G + r through ``[T, N]`` rewards (oldest first), from
+    ``running`` ``[N]``, restarting it after each step whose ``done`` is set. Returns every step's G ``[T, N]`` and the
+    running returns after the last step: the statistics that reward scaling divides by."""
+    seen = torch.empty_like(rewards)
+    for t in range(rewards.shape[0]):
+        running = running * gamma + rewards[t]
+        seen[t] = running
+        running = running * ~done[t]
+    return seen, running
+
+
 def gae(
     rewards: torch.Tensor,
     values: torch.Tensor,

@@ -14,7 +14,7 @@ from torch import nn
 
 from rl_suite import distributed
 from rl_suite.agent import Agent
-from rl_suite.buffers import RolloutBuffer, gae, transition_spec
+from rl_suite.buffers import RolloutBuffer, gae, running_returns, transition_spec
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
 from rl_suite.optim import finite_or_warn, gradient_step
@@ -71,11 +71,8 @@ class RewardScaler:
         into the statistics."""
         if self.discounted_return is None:
             self.discounted_return = torch.zeros_like(d["rewards"][0])
-        returns = torch.empty_like(d["rewards"])
-        for t in range(d["rewards"].shape[0]):
-            self.discounted_return = self.discounted_return * self.gamma + d["rewards"][t]
-            returns[t] = self.discounted_return
-            self.discounted_return = self.discounted_return * ~(d["terminated"][t] | d["truncated"][t])
+        done = d["terminated"] | d["truncated"]
+        returns, self.discounted_return = running_returns(self.discounted_return, d["rewards"], done, self.gamma)
         self.return_norm.update(returns)
 
     def scale(self, rewards: torch.Tensor) -> torch.Tensor:

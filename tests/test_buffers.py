@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rl_suite.buffers import ReplayBuffer, RolloutBuffer, gae, transition_spec
+from rl_suite.buffers import ReplayBuffer, RolloutBuffer, gae, running_returns, transition_spec
 from rl_suite.onpolicy import advantages_and_returns
 
 F, T = False, True
@@ -106,6 +106,18 @@ def sampled_by_start(buffer: ReplayBuffer, draws: int = 400) -> dict[int, tuple[
     ):
         found[int(obs)] = (reward, next_obs, discount)
     return found
+
+
+def test_running_returns_restart_after_an_episode_ends_and_carry_over_between_calls():
+    # Two environments, gamma 0.5; env 0's episode ends at step 1, env 1 runs on from a return of 4 carried in.
+    rewards = torch.tensor([[1.0, 2.0], [2.0, 0.0], [4.0, 1.0]])
+    done = torch.tensor([[False, False], [True, False], [False, False]])
+    seen, running = running_returns(torch.tensor([0.0, 4.0]), rewards, done, gamma=0.5)
+    # env 0: 1, 0.5 + 2 = 2.5 (ends), then 4 afresh; env 1: 2 + 2 = 4, 2 + 0 = 2, 1 + 1 = 2
+    torch.testing.assert_close(seen, torch.tensor([[1.0, 4.0], [2.5, 2.0], [4.0, 2.0]]))
+    torch.testing.assert_close(running, torch.tensor([4.0, 2.0]))
+    after, _ = running_returns(running, torch.ones(1, 2), torch.zeros(1, 2, dtype=torch.bool), gamma=0.5)
+    torch.testing.assert_close(after, torch.tensor([[3.0, 2.0]]))
 
 
 def test_n_step_returns_stop_at_episode_ends():
