@@ -183,3 +183,61 @@ def test_a_mappo_run_reports_captures_per_evader_from_training_and_evaluation(tm
     )  # fmt: skip
     rows = json.loads((tmp_path / "run" / "summary.json").read_text())["evaluations"]
     assert rows and all(row["rollout_captures_per_evader"] >= 0 and row["captures_per_evader"] >= 0 for row in rows)
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 8])
+def test_the_selection_network_returns_the_k_smallest_in_order(k):
+    from rl_suite.envs.multiagent.pursuit import rows_for, smallest_rows
+
+    generator = torch.Generator().manual_seed(k)
+    for rows in (rows_for(k), 4 * rows_for(k), 40):
+        keys = torch.randint(0, 50, (rows, 300), generator=generator, dtype=torch.int32)  # many ties
+        if rows % rows_for(k):
+            with pytest.raises(ValueError, match="multiple of"):
+                smallest_rows(list(keys.unbind(0)), k)
+            continue
+        chosen = torch.stack(smallest_rows(list(keys.unbind(0)), k))
+        assert torch.equal(chosen, keys.sort(0).values[:k])
+
+
+@pytest.mark.parametrize("capacity", [3, 4])  # 27 candidates (the selection pads them to 28) and 36
+def test_the_grid_pads_its_candidates_and_leaves_fewer_than_k_points_as_empty_slots(capacity):
+    torch.manual_seed(1)
+    side, radius = 30.0, 3.0
+    points = torch.rand(2, 60, 2) * side  # 0.6 points per cell: no cell holds more than 3
+    grid = CellGrid(2, side, radius, capacity, torch.device("cpu"))
+    grid.build(points)
+    assert not grid.all_pairs
+    relative, sensed, dist2, _ = grid.query(points, 8, radius, exclude_self=True)  # often fewer than 8 within range
+    expected = all_pairs_nearest(points, points, 8, radius, exclude_self=True)
+    torch.testing.assert_close(dist2, expected)
+    assert torch.equal(sensed, expected.isfinite()) and (~sensed).any()
+    assert torch.equal(relative[~sensed], torch.zeros_like(relative[~sensed]))
+    few = CellGrid(1, side, radius, capacity, torch.device("cpu"))  # all pairs with fewer points than k
+    few.build(points[:1, :3])
+    _, sensed, dist2, index = few.query(points[:1, :3], 4, 100.0, exclude_self=True)
+    assert sensed[..., :2].all() and not sensed[..., 2:].any() and dist2[..., 2:].isinf().all()
+    assert torch.equal(index[..., :2].sort(-1).values, torch.tensor([[[1, 2], [0, 2], [0, 1]]]))
+
+
+def test_the_compiled_step_equals_the_eager_one():
+    """The whole step compiles as one graph (static shapes: the grid's build writes a spill column rather than
+    dropping points by mask), and gives eager's observations, rewards and states to rounding (not bit for bit even in
+    exact mode: inductor's vectorised code sums the team's rewards in another order, for one)."""
+    from rl_suite.compiled import compile_env_step
+
+    torch._dynamo.reset()
+    options = dict(num_envs=3, num_pursuers=48, seed=5)  # 9 * 4 slots < 48 + 12 points: the grid path
+    eager, compiled = rl_suite.make("Pursuit-v0", **options), rl_suite.make("Pursuit-v0", **options)
+    eager.reset(seed=5), compiled.reset(seed=5)
+    step = compile_env_step(compiled)
+    generator = torch.Generator().manual_seed(0)
+    for t in range(110):  # past the 100-step time limit: the resets too
+        actions = torch.randint(0, 5, (3, 48), generator=generator)
+        expected, got = eager.step(actions), step(actions)
+        for a, b in zip(expected[:4], got[:4], strict=True):
+            torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5, msg=lambda m, t=t: f"step {t}: {m}")
+        torch.testing.assert_close(expected[4]["agent_reward"], got[4]["agent_reward"], rtol=1e-5, atol=1e-5)
+    assert step.compiled.compiled is not None, step.compiled.fallback_reason
+    torch.testing.assert_close(eager.get_state(), compiled.get_state(), rtol=1e-5, atol=1e-5)
+    torch._dynamo.reset()

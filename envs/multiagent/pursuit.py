@@ -32,8 +32,12 @@ flee), written for this project:
 they move, the evaders after they reappear): the points are sorted by cell, and a query reads at most
 ``cell_capacity`` (4) points from each of the 3 x 3 cells around it, so a step costs ``O(N (P + E) * 9 *
 cell_capacity)`` instead of the ``O(N P (P + E))`` of all pairs. A cell holds about ``0.9`` pursuers at the default
-density; where one holds more than ``cell_capacity`` points, the surplus (in sorted order, not the farthest) is not
-seen from that cell. ``tests/test_pursuit.py`` checks the search against all pairs.
+density; where one holds more than ``cell_capacity`` points, the surplus (the points of higher index, not the
+farthest) is not seen from that cell. The ``k`` nearest of a query's 36 candidates are chosen by a selection network of
+elementwise minima and maxima over all queries at once (``smallest_rows``), not ``topk`` one query at a time, and
+every shape is fixed, so the step compiles as one graph: ``rl_suite.compiled.compile_env_step`` (the runner's
+``compile="compile"``) takes it from about 0.64M to 1.4M agent-steps per second at P = 1,000 on a 2-core AMD EPYC
+(``benchmarks/results/pursuit_throughput.md``). ``tests/test_pursuit.py`` checks the search against all pairs.
 
 The physical state (``get_state``/``set_state``) is ``[N, P + E, 2]``: pursuer then evader positions, in arena
 coordinates ``[0, L]^2``.
@@ -56,106 +60,188 @@ METRICS = ("captures_per_evader",)
 CAPTURERS = 4  # pursuers rewarded for one capture at most: the evader's nearest within the capture radius
 
 
+def _compare_exchange(rows: list[torch.Tensor], i: int, j: int) -> None:
+    low = torch.minimum(rows[i], rows[j])
+    rows[j] = torch.maximum(rows[i], rows[j])
+    rows[i] = low
+
+
+def _sort_bitonic(rows: list[torch.Tensor]) -> list[torch.Tensor]:
+    """Sort a bitonic sequence of rows (a power of two of them) elementwise, in place: Batcher's half-cleaners."""
+    distance = len(rows) // 2
+    while distance:
+        for start in range(0, len(rows), 2 * distance):
+            for i in range(start, start + distance):
+                _compare_exchange(rows, i, i + distance)
+        distance //= 2
+    return rows
+
+
+def smallest_rows(rows: list[torch.Tensor], k: int) -> list[torch.Tensor]:
+    """The ``k`` smallest of ``rows`` (equal-shaped integer tensors) at every element, ascending, through a selection
+    network of elementwise minima and maxima (Batcher's bitonic merges): runs of ``w`` sorted rows (``k`` rounded up
+    to a power of two) are built by full merges, then merged in pairs keeping only the ``w`` smallest (the minimum of
+    one run and the other reversed is a bitonic sequence that holds them) until one run is left. For 36 rows and
+    ``k = 4`` that is about 200 elementwise operations. Torch's CPU ``topk`` takes the rows of a ``[Q, K]`` table one
+    at a time; these take all ``Q`` at once in each operation: on 36 x 16,000 keys, 1.7 ms eagerly against topk's
+    5.4 ms, and 0.1 ms under ``torch.compile``, where they fuse into one loop (2-core AMD EPYC, one thread)."""
+    width = 1 << (k - 1).bit_length()
+    if len(rows) % width:
+        raise ValueError(f"smallest_rows needs a multiple of {width} rows for k = {k}, got {len(rows)}")
+    runs = [[row] for row in rows]
+    while len(runs) > 1 and len(runs[0]) < width:  # full merges: runs of 1, 2, 4, ... sorted rows
+        runs = [_sort_bitonic(a + b[::-1]) for a, b in _pairs(runs)]  # (no run is left out: a multiple of the width)
+    while len(runs) > 1:  # keep the `width` smallest of each pair of runs; an odd run out waits for the next round
+        merged = [
+            _sort_bitonic([torch.minimum(x, y) for x, y in zip(a, b[::-1], strict=True)]) for a, b in _pairs(runs)
+        ]
+        runs = merged + runs[len(merged) * 2 :]
+    return runs[0][:k]
+
+
+def _pairs(runs: list) -> zip:
+    return zip(runs[0::2], runs[1::2], strict=False)
+
+
+CELL_BITS, CELL_MASK = 4, 15  # a candidate's code holds its cell among the 9 around the query in its low 4 bits
+
+
+def rows_for(k: int) -> int:
+    """The multiple of rows ``smallest_rows`` needs for ``k``: ``k`` rounded up to a power of two."""
+    return 1 << (k - 1).bit_length()
+
+
 class CellGrid:
     """Fixed-radius nearest neighbours of ``[N, Q, 2]`` queries among ``[N, M, 2]`` points in ``[0, L]^2``, per
     environment, through a grid of ``cells`` x ``cells`` square cells of side ``cell_size`` (at least the radius).
 
-    ``build`` sorts the points by cell into three tables (x, y and the point's index; empty slots at infinity) of
-    ``capacity`` slots per cell, padded with a ring of empty cells. Three neighbouring cells of a row lie next to each
-    other in a table, so a strided view of it (no copy) holds every such window of 3 cells as one row, and a query's
-    candidates are 3 windows (the rows above, at and below its cell): three row gathers of the x and of the y table,
-    kept apart so that the distance arithmetic runs on contiguous memory; the index table is read for the chosen
-    points only. Where the 9 cells' slots would outnumber the points (``9 * capacity >= M``), every point is a
-    candidate instead: all pairs are then both exact and cheaper."""
+    ``build`` sorts the points by cell (stably: a cell's points in index order) into three tables (x, y and the
+    point's index; empty slots at infinity) of ``capacity`` slots per cell, padded with a ring of empty cells. The
+    tables are slot-major, ``[capacity, cells]``, so that one gather of the 9 cells around every query gives the
+    candidates as ``[9 * capacity, Q]``: each candidate of every query in one contiguous row, which the distance
+    arithmetic and the selection of the nearest (``smallest_rows``) take whole. Where the 9 cells' slots would
+    outnumber the points (``9 * capacity >= M``), every point is a candidate instead: all pairs are then both exact
+    and cheaper. Every shape is fixed by the sizes, so the search compiles as one graph (``compile_env_step``)."""
 
     def __init__(self, num_envs: int, side: float, cell_size: float, capacity: int, device: torch.device):
         self.cells = g = max(1, math.ceil(side / cell_size))
         self.cell_size, self.capacity = cell_size, capacity
-        self.env_row = torch.arange(num_envs, device=device).view(-1, 1, 1) * (g + 2)  # first padded row of each env
-        self.rows = torch.arange(3, device=device)
-        self._padded = torch.empty(3, num_envs, g + 2, g + 2, capacity, device=device)  # x, y, point index
-        # window w of a table holds its cells w, w + 1 and w + 2 (in row-major order over every environment)
-        cells, plane = num_envs * (g + 2) ** 2, self._padded[0].numel()
-        self._windows = [
-            self._padded.as_strided((cells - 2, 3 * capacity), (capacity, 1), table * plane) for table in range(3)
-        ]
+        self.num_envs, self.width = num_envs, g + 2  # cells per padded row
+        self.spill = num_envs * self.width**2  # the column that points beyond a cell's capacity are written to
+        self._tables = torch.empty(3, capacity, self.spill + 1, device=device)  # x, y, point index
+        self._env_first = torch.arange(num_envs, device=device).view(-1, 1) * self.width**2  # env's first cell
+        # the 3 x 3 cells around a query, from the padded top-left one: in the padding ring every slot is empty
+        self._around = torch.tensor([r * self.width + c for r in range(3) for c in range(3)], device=device)
 
     def _cell_xy(self, positions: torch.Tensor) -> torch.Tensor:
         return positions.div(self.cell_size).floor_().long().clamp_(0, self.cells - 1)
 
+    def _cell(self, positions: torch.Tensor, shift: int) -> torch.Tensor:
+        """The padded cell index ``[N, Q]`` of each position's cell moved by ``shift`` rows and columns (1: its
+        own cell; 0: the top-left one of the 3 x 3 around it)."""
+        xy = self._cell_xy(positions) + shift
+        return self._env_first + xy[..., 0] * self.width + xy[..., 1]
+
     def build(self, points: torch.Tensor) -> None:
-        n, m = points.shape[:2]
-        g, c = self.cells, self.capacity
+        m = points.shape[1]
         self.points, self.per_env = points, m
-        self.all_pairs = 9 * c >= m
+        self.all_pairs = 9 * self.capacity >= m
         if self.all_pairs:
             return
-        xy = self._cell_xy(points).view(-1, 2)
-        env = torch.arange(n, device=points.device).repeat_interleave(m)
-        key = (env * g + xy[:, 0]) * g + xy[:, 1]
-        order = key.argsort()
-        sorted_key = key.index_select(0, order)
-        counts = torch.bincount(key, minlength=n * g * g)
-        rank = torch.arange(n * m, device=points.device) - (counts.cumsum(0) - counts).index_select(0, sorted_key)
-        kept = order[rank < c]  # beyond a cell's capacity a point is not written
-        slot = (env[kept], xy[kept, 0] + 1, xy[kept, 1] + 1, rank[rank < c])
-        self._padded[:2].fill_(torch.inf)
-        for table, values in enumerate((*points.reshape(-1, 2).index_select(0, kept).t(), kept.remainder(m).float())):
-            self._padded[table].index_put_(slot, values)
+        cell = self._cell(points, 1).flatten()
+        order = cell.argsort(stable=True)
+        sorted_cell = cell.index_select(0, order)
+        rank = torch.arange(cell.numel(), device=cell.device) - torch.searchsorted(sorted_cell, sorted_cell)
+        column = torch.where(rank < self.capacity, sorted_cell, self.spill)  # beyond a cell's capacity: not seen
+        slot = (rank.clamp_(max=self.capacity - 1), column)
+        self._tables.fill_(torch.inf)
+        for table, values in enumerate((*points.reshape(-1, 2).index_select(0, order).t(), order.remainder(m))):
+            self._tables[table].index_put_(slot, values.float())
 
-    def _candidates(self, queries: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """Each query's candidates' x and y ``[N, Q, K]`` (``inf`` for an empty slot), and the 3 windows they come
-        from ``[N, Q, 3]`` (``None`` for all pairs, where candidate j is point j)."""
-        n, q = queries.shape[:2]
-        if self.all_pairs:
-            x, y = (self.points[..., axis].unsqueeze(1).expand(n, q, -1) for axis in range(2))
-            return x, y, None
-        xy = self._cell_xy(queries)
-        # the query's cell is padded (row + 1, column + 1): the windows of rows row .. row + 2 starting at column
-        window = (self.env_row + xy[..., :1] + self.rows) * (self.cells + 2) + xy[..., 1:]
-        flat = window.flatten()
-        x, y = (self._windows[table].index_select(0, flat).view(n, q, -1) for table in range(2))
-        return x, y, window
+    def _candidates(self, queries: torch.Tensor, table: int, around: torch.Tensor | None) -> torch.Tensor:
+        """Table ``table`` (0: x, 1: y, 2: point index) of every candidate of every query: ``[9 * capacity, N, Q]``
+        through the 9 cells ``around`` each query, or ``[M, N, 1]`` for all pairs (candidate j is point j)."""
+        if around is None:
+            n = queries.shape[0]
+            return (
+                self.points[..., table].t().view(-1, n, 1)
+                if table < 2
+                else torch.arange(self.per_env, device=queries.device).view(-1, 1, 1)
+            )
+        if torch.compiler.is_compiling():  # inductor vectorises this form; eagerly index_select is twice as fast
+            return self._tables[table][:, around].flatten(0, 1)
+        return self._tables[table].index_select(1, around.flatten()).view(-1, *around.shape[1:])
 
-    def _points(self, window: torch.Tensor | None, slot: torch.Tensor) -> torch.Tensor:
-        """The point indices of the candidates ``slot`` ``[N, Q, j]`` among those of ``window`` (``_candidates``)."""
-        if window is None:
-            return slot
-        width = 3 * self.capacity  # slots per window; window w's slots start at table element w * capacity
-        start = window.gather(2, torch.div(slot, width, rounding_mode="floor")) * self.capacity
-        return self._padded[2].take(start + slot.remainder(width)).long()
+    def _chosen(self, table: int, around: torch.Tensor | None, code: torch.Tensor) -> torch.Tensor:
+        """Table ``table`` (as ``_candidates``) of the candidates that the selection chose, by their codes ``[k, N,
+        Q]`` (``query``)."""
+        if around is None:  # the code is the point
+            if table == 2:
+                return code
+            k, n, q = code.shape
+            return self.points[..., table].t().unsqueeze(-1).expand(-1, n, q).gather(0, code)
+        cell = around.gather(0, code.bitwise_and(CELL_MASK))
+        return self._tables[table][code.bitwise_right_shift(CELL_BITS), cell]
 
     def query(self, queries: torch.Tensor, k: int, radius: float, exclude_self: bool = False):
-        """The ``k`` nearest built points within ``radius`` of each query, nearest first: their positions relative to
-        the query ``[N, Q, k, 2]`` (zeros for an empty slot), whether each slot holds one ``[N, Q, k]`` (bool), its
-        squared distance (``inf`` for an empty slot) and its index among its environment's points (meaningless for an
-        empty slot).
-        ``exclude_self``: query q is point q of the same environment, not its own neighbour."""
-        x, y, window = self._candidates(queries)
-        dx, dy = x - queries[..., :1], y - queries[..., 1:]
+        """The ``k`` nearest built points within ``radius`` of each query, nearest first (squared distances within
+        ``radius^2 / 2^24`` of each other may come in either order): their positions relative to the query ``[N, Q,
+        k, 2]`` (zeros for an empty slot), whether each slot holds one ``[N, Q, k]`` (bool), its squared distance
+        (``inf`` for an empty slot) and its index among its environment's points (meaningless for an empty slot).
+        ``exclude_self``: query q is point q of the same environment, not its own neighbour.
+
+        Candidates are ``[rows, N, Q]``, each row one candidate of every query: the selection takes rows whole, and
+        compiled code needs no integer division per element to find a query's environment. Only the candidates' keys
+        are kept at that size; the chosen ones' positions are read again from the tables."""
+        n, q = queries.shape[:2]
+        device = queries.device
+        qx, qy = queries[..., 0].contiguous(), queries[..., 1].contiguous()
+        # candidate (s, c) is slot s of the query's cell c of the 9 around it; its code is s * 16 + c
+        around = None if self.all_pairs else self._around.view(-1, 1, 1) + self._cell(queries, 0)  # [9, N, Q]
+        x, y = (self._candidates(queries, table, around) for table in range(2))
+        dx, dy = x - qx, y - qy
         dist2 = torch.addcmul(dx * dx, dy, dy)  # empty slots at infinity
-        if exclude_self:  # every candidate's index: a third row gather
-            own = torch.arange(queries.shape[1], device=queries.device, dtype=dx.dtype).view(1, -1, 1)
-            if window is None:
-                every = torch.arange(dist2.shape[-1], device=queries.device, dtype=dx.dtype)
-            else:
-                every = self._windows[2].index_select(0, window.flatten()).view_as(dist2)
-            dist2.masked_fill_(every == own, torch.inf)
-        # The k smallest of all candidates: those within the radius come before every one outside it, so that
-        # cutting at the radius after the selection leaves the k nearest within it.
-        k_found = min(k, dist2.shape[-1])
-        nearest, index = dist2.topk(k_found, dim=-1, largest=False, sorted=True)
-        sensed = nearest <= radius * radius
-        nearest.masked_fill_(~sensed, torch.inf)
-        relative = torch.stack((dx.gather(2, index), dy.gather(2, index)), -1).masked_fill_(~sensed.unsqueeze(-1), 0.0)
-        point = self._points(window, index)
-        if k_found < k:  # fewer points than slots: the rest are empty
-            pad = k - k_found
-            nearest = torch.nn.functional.pad(nearest, (0, pad), value=torch.inf)
-            relative = torch.nn.functional.pad(relative, (0, 0, 0, pad))
-            point = torch.nn.functional.pad(point, (0, pad))
-            sensed = nearest.isfinite()
-        return relative, sensed, nearest, point
+        if exclude_self:
+            own = torch.arange(q, device=device, dtype=dist2.dtype)
+            dist2 = dist2.masked_fill(self._candidates(queries, 2, around) == own, torch.inf)
+        candidates = dist2.shape[0]
+        if around is None:
+            code = torch.arange(candidates, device=device, dtype=torch.int32)
+        else:
+            slot, cell = torch.arange(self.capacity, device=device), torch.arange(9, device=device)
+            code = (slot.view(-1, 1).bitwise_left_shift(CELL_BITS) + cell).flatten().int()
+        padding = -candidates % rows_for(k)  # empty candidates: the selection takes a multiple of rows_for(k)
+        # The key of a candidate: its squared distance over the radius's, in 2^-D steps up to 1 (farther ones are
+        # never reported), times 2^R, plus its code (R bits hold the codes and a larger one for padding, D = 30 - R),
+        # so that the selection carries the code along. Integer keys, not the floats' bits: under torch.compile a
+        # bitcast costs 10 times a multiply; shifts and masks, not divisions, for the same reason.
+        largest_code = candidates - 1 if around is None else ((self.capacity - 1) << CELL_BITS) + 8
+        code_bits = (largest_code + 1).bit_length()  # the padding's code, all ones, is larger than every real one
+        steps = float(1 << (30 - code_bits))
+        key = (dist2 * (steps / (radius * radius))).clamp_(max=steps).int().bitwise_left_shift_(code_bits)
+        key = key.expand(candidates, n, q).reshape(candidates, n * q).add_(code.view(-1, 1))
+        if padding:
+            key = torch.nn.functional.pad(key, (0, 0, 0, padding), value=torch.iinfo(torch.int32).max)
+        code_mask = torch.tensor((1 << code_bits) - 1, dtype=torch.int32, device=device)
+        chosen_code = torch.stack(smallest_rows(list(key.unbind(0)), k)).bitwise_and_(code_mask).long().view(k, n, q)
+        if padding:  # fewer candidates than k: a padded row was chosen for an empty slot
+            padded, chosen_code = chosen_code == code_mask, chosen_code.clamp(max=largest_code)
+        chosen = [self._chosen(table, around, chosen_code) for table in range(3)]
+        dx, dy = chosen[0] - qx, chosen[1] - qy
+        nearest = torch.addcmul(dx * dx, dy, dy)  # [k, N, Q], as dist2 computed it
+        sensed = nearest <= radius * radius  # (a point excluded as the query itself is farther than any radius)
+        if exclude_self:
+            sensed &= chosen[2] != own
+        if padding:
+            sensed &= ~padded
+        nearest = nearest.masked_fill(~sensed, torch.inf)
+        relative = torch.stack((dx, dy), -1).masked_fill(~sensed.unsqueeze(-1), 0.0)
+        return (
+            relative.permute(1, 2, 0, 3),
+            sensed.permute(1, 2, 0),
+            nearest.permute(1, 2, 0),
+            chosen[2].long().permute(1, 2, 0),
+        )
 
 
 class Pursuit(MultiAgentVecEnv):
@@ -166,6 +252,9 @@ class Pursuit(MultiAgentVecEnv):
     ``check_values`` and ``masked_resets``."""
 
     episode_metric_names = METRICS
+    # Inductor's vectorised code: the compiled step at P = 1,000, N = 16 takes 13.2 ms with it and 15.2 ms as scalar
+    # C++ (2-core AMD EPYC, torch 2.13; the default, rl_suite.env.VecEnv.compile_options, suits tasks of few ops).
+    compile_options = {}
 
     def __init__(
         self,
@@ -311,7 +400,7 @@ class Pursuit(MultiAgentVecEnv):
         rel, sensed, target_rel, target_sensed, _ = self._seen
         self._seen = None  # what the step sensed serves its final observation only
         obs = torch.empty(self.num_envs, self.num_pursuers, out.shape[-1], device=self.device)
-        torch.mul(self._pursuers, 2.0 / self.side, out=obs[..., :2]).sub_(1.0)
+        obs[..., :2] = self._pursuers * (2.0 / self.side) - 1.0
         column = 2 if rel is None else self._write_slots(obs, 2, rel, sensed)
         self._write_slots(obs, column, target_rel, target_sensed)
         if env_ids is None:
