@@ -90,10 +90,7 @@ def compile_env_step(env: VecEnv, exact: bool = False, masked_resets: bool | Non
         if masked:
             env._reset_ended(True)
 
-    # Scalar C++ for the CPU (GCC still vectorises the plain loops): inductor's AVX2 code stores bool tensors (done,
-    # terminated, truncated) about 7 times slower than its scalar code, which made CartPole's compiled step at
-    # N = 65536 2x slower than eager; scalar, 1.2x (torch 2.13, 2-core AMD EPYC). CUDA code is not affected.
-    work = WholeGraphOrEager(tensor_work, f"{type(env).__name__}.step", exact, options={"cpp.simdlen": 0})
+    work = WholeGraphOrEager(tensor_work, f"{type(env).__name__}.step", exact, options=env.compile_options)
 
     def step(actions: torch.Tensor):
         actions = env.check_actions(actions)

@@ -219,10 +219,18 @@ class MultiAgentCollector(Collector):
     zeroed where episodes end; the buffer gets the inputs and, of the next step, the global state, masks and the
     per-agent rewards that it stores."""
 
-    def __init__(self, env: MultiAgentVecEnv, agent, buffer=None, act: Callable | None = None, seed: int | None = None):
+    def __init__(
+        self,
+        env: MultiAgentVecEnv,
+        agent,
+        buffer=None,
+        act: Callable | None = None,
+        step: Callable | None = None,
+        seed: int | None = None,
+    ):
         if buffer is not None and "agent_reward" in buffer.fields and not env.has_agent_rewards:
             raise ValueError(f"{agent.name} was set to learn per-agent rewards, but {env} reports none")
-        super().__init__(env, agent, buffer, act, seed=seed)
+        super().__init__(env, agent, buffer, act, step, seed=seed)
         self.stats = EpisodeStats(env.device, wins=env.has_winner, metrics=env.episode_metric_names)
         # Collector-owned copies: the env overwrites its buffers on every step.
         self.inputs = {"obs": self.obs, **{key: value.clone() for key, value in env_inputs(env).items()}}

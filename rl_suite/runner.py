@@ -47,7 +47,7 @@ from rl_suite.checkpoint import (
     warm_start,
 )
 from rl_suite.collector import Collector
-from rl_suite.compiled import make_collector
+from rl_suite.compiled import compile_act, compile_env_step, make_collector
 from rl_suite.config import to_plain
 from rl_suite.device import cpu_name
 from rl_suite.env import VecEnv
@@ -109,9 +109,9 @@ class RunConfig:
     """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
     compile: str = "none"
     """The hot loop (act + env step + buffer write): ``none`` (eager), ``compile`` (``torch.compile`` of the env step
-    and ``agent.act``; bitwise equal to eager on the CPU with ``compile_exact``) or ``cuda_graph`` (each rollout
-    captured as one CUDA graph; CUDA, on-policy agents whose ``act`` does not sync with the host). See
-    rl_suite/compiled.py."""
+    and ``agent.act``, for teams too; bitwise equal to eager on the CPU with ``compile_exact``, where the task keeps
+    the default scalar ``compile_options``) or ``cuda_graph`` (each rollout captured as one CUDA graph; CUDA,
+    single-agent on-policy agents whose ``act`` does not sync with the host). See rl_suite/compiled.py."""
     compile_exact: bool = False
     """With ``compile="compile"`` on the CPU: compiled rollouts bitwise equal to eager ones (otherwise they differ by
     an ulp here and there). It replaces private inductor lowerings for the whole process, for every later
@@ -222,9 +222,16 @@ class Runner:
         self.eval_env = eval_env
         self.buffer = agent.make_buffer(env.num_envs, max_episode_steps=env.max_episode_steps)
         if isinstance(env, MultiAgentVecEnv):
-            if config.compile != "none":
-                raise ValueError(f"compile={config.compile!r} supports single-agent envs only; use compile='none'")
-            self.collector = MultiAgentCollector(env, agent, self.buffer)
+            if config.compile == "cuda_graph":
+                raise ValueError("compile='cuda_graph' supports single-agent envs only; use 'compile' or 'none'")
+            compiled = config.compile == "compile"
+            self.collector = MultiAgentCollector(
+                env,
+                agent,
+                self.buffer,
+                act=compile_act(agent, config.compile_exact) if compiled else None,
+                step=compile_env_step(env, config.compile_exact) if compiled else None,
+            )
         else:
             self.collector = make_collector(env, agent, self.buffer, config.compile, config.compile_exact)
         # Counters a checkpoint restores.

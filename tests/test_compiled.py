@@ -207,8 +207,11 @@ def test_the_runner_and_the_cli_pick_the_collector_by_the_compile_setting(tmp_pa
     skirmish = rl_suite.make("Skirmish-3m-v0", num_envs=2)
     from rl_suite.agents.mappo import MAPPO
 
-    with pytest.raises(ValueError, match="compile='compile' supports single-agent envs only"):
-        Runner(MAPPO.for_env(skirmish), skirmish, RunConfig(compile="compile", eval_episodes=0), run_dir=tmp_path)
+    team = Runner(MAPPO.for_env(skirmish), skirmish, RunConfig(compile="compile", eval_episodes=0), run_dir=tmp_path)
+    assert isinstance(team.collector.step_fn.compiled, WholeGraphOrEager)  # a team's env step compiles too
+    assert isinstance(team.collector.act_fn, WholeGraphOrEager)
+    with pytest.raises(ValueError, match="compile='cuda_graph' supports single-agent envs only"):
+        Runner(MAPPO.for_env(skirmish), skirmish, RunConfig(compile="cuda_graph", eval_episodes=0), run_dir=tmp_path)
 
 
 def test_categorical_sampling_draws_what_multinomial_draws():
