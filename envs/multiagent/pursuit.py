@@ -126,7 +126,7 @@ class CellGrid:
     def __init__(self, num_envs: int, side: float, cell_size: float, capacity: int, device: torch.device):
         self.cells = g = max(1, math.ceil(side / cell_size))
         self.cell_size, self.capacity = cell_size, capacity
-        self.num_envs, self.width = num_envs, g + 2  # cells per padded row
+        self.width = g + 2  # cells per padded row
         self.spill = num_envs * self.width**2  # the column that points beyond a cell's capacity are written to
         self._tables = torch.empty(3, capacity, self.spill + 1, device=device)  # x, y, point index
         self._env_first = torch.arange(num_envs, device=device).view(-1, 1) * self.width**2  # env's first cell
