@@ -30,6 +30,7 @@ import torch
 from rl_suite.collector import Collector
 from rl_suite.env import VecEnv
 from rl_suite.exact_compile import enable_exact_cpu_numerics
+from rl_suite.multiagent import MultiAgentCollector, MultiAgentVecEnv
 
 MODES = ("none", "compile", "cuda_graph")
 
@@ -207,16 +208,22 @@ class GraphCollector(Collector):
 
 def make_collector(env: VecEnv, agent, buffer, mode: str = "none", exact: bool = False) -> Collector:
     """The collector for ``RunConfig.compile``: ``"none"``, ``"compile"`` or ``"cuda_graph"``; ``exact`` is
-    ``RunConfig.compile_exact``."""
+    ``RunConfig.compile_exact``. Teams get the ``MultiAgentCollector``, with the same two pieces compiled."""
+    if mode not in MODES:
+        raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")
     if exact and (mode != "compile" or env.device.type != "cpu"):
         raise ValueError(
             f"compile_exact makes compile='compile' round as eager does on the CPU; it does not apply to "
             f"compile={mode!r} on {env.device.type}. Turn compile_exact off, or use compile='compile' on the CPU"
         )
+    if isinstance(env, MultiAgentVecEnv):
+        if mode == "cuda_graph":
+            raise ValueError("compile='cuda_graph' supports single-agent envs only; use 'compile' or 'none'")
+        if mode == "none":
+            return MultiAgentCollector(env, agent, buffer)
+        return MultiAgentCollector(env, agent, buffer, act=compile_act(agent, exact), step=compile_env_step(env, exact))
     if mode == "none":
         return Collector(env, agent, buffer)
     if mode == "compile":
         return CompiledCollector(env, agent, buffer, exact)
-    if mode == "cuda_graph":
-        return GraphCollector(env, agent, buffer)
-    raise ValueError(f"unknown compile mode {mode!r}; choose one of {MODES}")
+    return GraphCollector(env, agent, buffer)

@@ -47,7 +47,7 @@ from rl_suite.checkpoint import (
     warm_start,
 )
 from rl_suite.collector import Collector
-from rl_suite.compiled import compile_act, compile_env_step, make_collector
+from rl_suite.compiled import make_collector
 from rl_suite.config import to_plain
 from rl_suite.device import cpu_name
 from rl_suite.env import VecEnv
@@ -221,19 +221,7 @@ class Runner:
             )
         self.eval_env = eval_env
         self.buffer = agent.make_buffer(env.num_envs, max_episode_steps=env.max_episode_steps)
-        if isinstance(env, MultiAgentVecEnv):
-            if config.compile == "cuda_graph":
-                raise ValueError("compile='cuda_graph' supports single-agent envs only; use 'compile' or 'none'")
-            compiled = config.compile == "compile"
-            self.collector = MultiAgentCollector(
-                env,
-                agent,
-                self.buffer,
-                act=compile_act(agent, config.compile_exact) if compiled else None,
-                step=compile_env_step(env, config.compile_exact) if compiled else None,
-            )
-        else:
-            self.collector = make_collector(env, agent, self.buffer, config.compile, config.compile_exact)
+        self.collector = make_collector(env, agent, self.buffer, config.compile, config.compile_exact)
         # Counters a checkpoint restores.
         self.env_steps = self.iterations = 0
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
