@@ -60,6 +60,14 @@ METRICS = ("captures_per_evader",)
 CAPTURERS = 4  # pursuers rewarded for one capture at most: the evader's nearest within the capture radius
 
 
+CELL_BITS, CELL_MASK = 4, 15  # a candidate's code holds its cell among the 9 around the query in its low 4 bits
+
+
+def rows_for(k: int) -> int:
+    """The multiple of rows ``smallest_rows`` needs for ``k``: ``k`` rounded up to a power of two."""
+    return 1 << (k - 1).bit_length()
+
+
 def _compare_exchange(rows: list[torch.Tensor], i: int, j: int) -> None:
     low = torch.minimum(rows[i], rows[j])
     rows[j] = torch.maximum(rows[i], rows[j])
@@ -85,7 +93,7 @@ def smallest_rows(rows: list[torch.Tensor], k: int) -> list[torch.Tensor]:
     ``k = 4`` that is about 200 elementwise operations. Torch's CPU ``topk`` takes the rows of a ``[Q, K]`` table one
     at a time; these take all ``Q`` at once in each operation: on 36 x 16,000 keys, 1.7 ms eagerly against topk's
     5.4 ms, and 0.1 ms under ``torch.compile``, where they fuse into one loop (2-core AMD EPYC, one thread)."""
-    width = 1 << (k - 1).bit_length()
+    width = rows_for(k)
     if len(rows) % width:
         raise ValueError(f"smallest_rows needs a multiple of {width} rows for k = {k}, got {len(rows)}")
     runs = [[row] for row in rows]
@@ -101,14 +109,6 @@ def smallest_rows(rows: list[torch.Tensor], k: int) -> list[torch.Tensor]:
 
 def _pairs(runs: list) -> zip:
     return zip(runs[0::2], runs[1::2], strict=False)
-
-
-CELL_BITS, CELL_MASK = 4, 15  # a candidate's code holds its cell among the 9 around the query in its low 4 bits
-
-
-def rows_for(k: int) -> int:
-    """The multiple of rows ``smallest_rows`` needs for ``k``: ``k`` rounded up to a power of two."""
-    return 1 << (k - 1).bit_length()
 
 
 class CellGrid:
@@ -131,6 +131,7 @@ class CellGrid:
         self._tables = torch.empty(3, capacity, self.spill + 1, device=device)  # x, y, point index
         self._env_first = torch.arange(num_envs, device=device).view(-1, 1) * self.width**2  # env's first cell
         # the 3 x 3 cells around a query, from the padded top-left one: in the padding ring every slot is empty
+        self._code_cache: dict[tuple[int, bool], tuple] = {}  # _codes
         self._around = torch.tensor([r * self.width + c for r in range(3) for c in range(3)], device=device)
 
     def _cell_xy(self, positions: torch.Tensor) -> torch.Tensor:
@@ -183,6 +184,24 @@ class CellGrid:
         cell = around.gather(0, code.bitwise_and(CELL_MASK))
         return self._tables[table][code.bitwise_right_shift(CELL_BITS), cell]
 
+    def _codes(self, candidates: int, all_pairs: bool, device: torch.device) -> tuple:
+        """The candidates' codes ``[candidates]`` (int32: the point for all pairs, else slot * 16 + cell), the
+        largest, the bits that hold them and the padding's larger code (all ones), and the mask of those bits as a
+        0-d int32 tensor (a Python integer makes bitwise_and 3 to 20 times slower eagerly). Made once per shape: no
+        tensor is built from Python values in a step."""
+        cached = self._code_cache.get((candidates, all_pairs))
+        if cached is None:
+            if all_pairs:
+                code, largest = torch.arange(candidates, device=device, dtype=torch.int32), candidates - 1
+            else:
+                slot, cell = torch.arange(self.capacity, device=device), torch.arange(9, device=device)
+                code = (slot.view(-1, 1).bitwise_left_shift(CELL_BITS) + cell).flatten().int()
+                largest = ((self.capacity - 1) << CELL_BITS) + 8
+            bits = (largest + 1).bit_length()
+            mask = torch.tensor((1 << bits) - 1, dtype=torch.int32, device=device)
+            cached = self._code_cache[candidates, all_pairs] = (code, largest, bits, mask)
+        return cached
+
     def query(self, queries: torch.Tensor, k: int, radius: float, exclude_self: bool = False):
         """The ``k`` nearest built points within ``radius`` of each query, nearest first (squared distances within
         ``radius^2 / 2^24`` of each other may come in either order): their positions relative to the query ``[N, Q,
@@ -205,24 +224,17 @@ class CellGrid:
             own = torch.arange(q, device=device, dtype=dist2.dtype)
             dist2 = dist2.masked_fill(self._candidates(queries, 2, around) == own, torch.inf)
         candidates = dist2.shape[0]
-        if around is None:
-            code = torch.arange(candidates, device=device, dtype=torch.int32)
-        else:
-            slot, cell = torch.arange(self.capacity, device=device), torch.arange(9, device=device)
-            code = (slot.view(-1, 1).bitwise_left_shift(CELL_BITS) + cell).flatten().int()
+        code, largest_code, code_bits, code_mask = self._codes(candidates, around is None, device)
         padding = -candidates % rows_for(k)  # empty candidates: the selection takes a multiple of rows_for(k)
         # The key of a candidate: its squared distance over the radius's, in 2^-D steps up to 1 (farther ones are
         # never reported), times 2^R, plus its code (R bits hold the codes and a larger one for padding, D = 30 - R),
         # so that the selection carries the code along. Integer keys, not the floats' bits: under torch.compile a
         # bitcast costs 10 times a multiply; shifts and masks, not divisions, for the same reason.
-        largest_code = candidates - 1 if around is None else ((self.capacity - 1) << CELL_BITS) + 8
-        code_bits = (largest_code + 1).bit_length()  # the padding's code, all ones, is larger than every real one
         steps = float(1 << (30 - code_bits))
         key = (dist2 * (steps / (radius * radius))).clamp_(max=steps).int().bitwise_left_shift_(code_bits)
         key = key.expand(candidates, n, q).reshape(candidates, n * q).add_(code.view(-1, 1))
         if padding:
             key = torch.nn.functional.pad(key, (0, 0, 0, padding), value=torch.iinfo(torch.int32).max)
-        code_mask = torch.tensor((1 << code_bits) - 1, dtype=torch.int32, device=device)
         chosen_code = torch.stack(smallest_rows(list(key.unbind(0)), k)).bitwise_and_(code_mask).long().view(k, n, q)
         if padding:  # fewer candidates than k: a padded row was chosen for an empty slot
             padded, chosen_code = chosen_code == code_mask, chosen_code.clamp(max=largest_code)
