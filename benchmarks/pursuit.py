@@ -6,7 +6,8 @@ at P = 10, 100 and 1,000 pursuers (``--pursuers``), with N environments chosen s
 throughout: the same number of agents each step, so that the rate per agent shows what more pursuers per
 environment cost. Each size is measured twice: ``env.step`` eagerly, and compiled by
 ``rl_suite.compiled.compile_env_step`` (what ``rl-suite train ... --compile compile`` steps; compiling takes about a
-minute per size here, timed apart). Goal (the issue): at least 1M agent-steps per second at P = 1,000.
+minute per size here, timed apart), with one thread and with one per core (``--threads``). Goal (the issue): at
+least 1M agent-steps per second at P = 1,000 on this CPU.
 
 ``--part training``: MAPPO with its shipped ``Pursuit-v0`` settings (``agents/hyperparams/mappo.yaml``: one policy
 shared by all pursuers without agent ids, a critic on each pursuer's own observation, so that nothing depends on P)
@@ -16,7 +17,7 @@ time with one thread. Each trained policy then plays, without retraining, with P
 the same episodes. The score is ``captures_per_evader``: captures in an episode over the number of evaders (P / 4;
 captured evaders reappear, so it can exceed 1).
 
-    python benchmarks/pursuit.py [--part throughput|training|all] [--seconds 3] [--agents 16384]
+    python benchmarks/pursuit.py [--part throughput|training|all] [--seconds 3] [--agents 16384] [--threads 1 2]
         [--minutes 20] [--seeds 0 1 2] [--runs-dir DIR] [--results-dir benchmarks/results]
 
 Writes ``pursuit_throughput.{csv,md}`` and ``pursuit_training.md`` into ``--results-dir``, with the machine they ran
@@ -29,11 +30,11 @@ import argparse
 import csv
 import datetime
 import os
-import tempfile
 import time
 
 import common
 import torch
+import torch._inductor.utils
 
 ENV_ID = "Pursuit-v0"
 PURSUERS = (10, 100, 1000)
@@ -46,28 +47,33 @@ def machine() -> str:
     return f"{common.cpu_name()}; torch {torch.__version__} ({torch.get_num_threads()} threads)"
 
 
-def throughput(pursuers: int, num_envs: int, seconds: float, compiled: bool) -> dict:
+def throughput(pursuers: int, num_envs: int, seconds: float, compiled: bool, threads: int) -> dict:
     """Env-steps and agent-steps per second of ``env.step``, or of its compiled form (``compile_env_step``, what
-    the runner's ``compile="compile"`` steps; its compilation is timed apart, before the measurement)."""
+    the runner's ``compile="compile"`` steps; its compilation is timed apart, before the measurement), with
+    ``threads`` torch threads (inductor's kernels take their OpenMP thread count from it when they are compiled)."""
     import rl_suite
     from rl_suite.compiled import compile_env_step
     from rl_suite.throughput import steps_per_second
 
+    torch.set_num_threads(threads)
     env = rl_suite.make(ENV_ID, num_envs=num_envs, seed=0, num_pursuers=pursuers)
     env.reset(seed=0)
     generator = torch.Generator().manual_seed(0)
     actions = [torch.randint(0, 5, (num_envs, pursuers), generator=generator) for _ in range(16)]
     step, compile_s = env.step, 0.0
-    if compiled:
-        torch._dynamo.reset()
-        step = compile_env_step(env)
-        started = time.perf_counter()
-        step(actions[0])
-        compile_s = time.perf_counter() - started
-        if step.compiled.compiled is None:
-            raise SystemExit(f"the Pursuit step did not compile as one graph: {step.compiled.fallback_reason}")
-    rate = steps_per_second(lambda i: step(actions[i % 16]), num_envs, seconds)
-    return {"pursuers": pursuers, "num_envs": num_envs, "mode": "compiled" if compiled else "eager",
+    # A cold compile, as on a machine's first run: no kernels from an earlier run's on-disk cache, nor from an
+    # earlier measurement of this one (another thread count compiles other kernels).
+    with torch._inductor.utils.fresh_cache():
+        if compiled:
+            torch._dynamo.reset()
+            step = compile_env_step(env)
+            started = time.perf_counter()
+            step(actions[0])
+            compile_s = time.perf_counter() - started
+            if step.compiled.compiled is None:
+                raise SystemExit(f"the Pursuit step did not compile as one graph: {step.compiled.fallback_reason}")
+        rate = steps_per_second(lambda i: step(actions[i % 16]), num_envs, seconds)
+    return {"pursuers": pursuers, "num_envs": num_envs, "mode": "compiled" if compiled else "eager", "threads": threads,
             "env_steps_per_s": rate, "agent_steps_per_s": rate * pursuers, "compile_s": compile_s}  # fmt: skip
 
 
@@ -108,6 +114,8 @@ def main() -> None:
     parser.add_argument("--seconds", type=float, default=3.0, help="timing per throughput figure")
     parser.add_argument("--agents", type=int, default=16_384, help="N * P for every throughput figure")
     parser.add_argument("--pursuers", type=int, nargs="+", default=list(PURSUERS))
+    parser.add_argument("--threads", type=int, nargs="+", default=sorted({1, os.cpu_count() or 1}),
+                        help="torch thread counts of the throughput part (default: 1 and one per core)")  # fmt: skip
     parser.add_argument("--minutes", type=float, default=20.0, help="MAPPO's training wall-clock per seed")
     common.add_seed_arguments(parser)
     common.add_resume_arguments(parser)
@@ -115,15 +123,19 @@ def main() -> None:
     common.check_seed_arguments(parser, args)
     args.results_dir.mkdir(parents=True, exist_ok=True)
     if args.part in ("throughput", "all"):
-        # A cold compile, as on a machine's first run, not one served from an earlier run's on-disk kernels.
-        os.environ["TORCHINDUCTOR_CACHE_DIR"] = tempfile.mkdtemp(prefix="pursuit-inductor-")
         rows = []
-        for p in args.pursuers:
-            for compiled in (False, True):
-                rows.append(throughput(p, max(1, args.agents // p), args.seconds, compiled))
-                print(f"P = {p}, {rows[-1]['mode']}: {rows[-1]['agent_steps_per_s']:,.0f} agent-steps/s", flush=True)
+        for threads in args.threads:
+            for p in args.pursuers:
+                for compiled in (False, True):
+                    rows.append(throughput(p, max(1, args.agents // p), args.seconds, compiled, threads))
+                    row = rows[-1]
+                    print(
+                        f"{threads} threads, P = {p}, {row['mode']}: {row['agent_steps_per_s']:,.0f} agent-steps/s",
+                        flush=True,
+                    )
         write_throughput(rows, args)
     if args.part in ("training", "all"):
+        torch.set_num_threads(1)  # one run at a time with one thread, whatever the throughput part used
         print(common.wall_clock_estimate(len(args.seeds), args.minutes, "seeds"), flush=True)
         finished = common.FinishedRuns(args, "pursuit")
         runs = {}
@@ -140,31 +152,39 @@ def write_throughput(rows: list[dict], args) -> None:
         writer = csv.DictWriter(f, fieldnames=list(rows[0]))
         writer.writeheader()
         writer.writerows(rows)
-    best_at_goal = max((row["agent_steps_per_s"] for row in rows if row["pursuers"] == 1000), default=0.0)
-    met = best_at_goal >= GOAL_AGENT_STEPS
-    base = {row["mode"]: row["agent_steps_per_s"] for row in rows if row["pursuers"] == rows[0]["pursuers"]}
+    at_goal = [row for row in rows if row["pursuers"] == 1000]
+    best = max(at_goal, key=lambda row: row["agent_steps_per_s"], default=None)
+    one_thread = max((row["agent_steps_per_s"] for row in at_goal if row["threads"] == 1), default=0.0)
+    met = best is not None and best["agent_steps_per_s"] >= GOAL_AGENT_STEPS
+    first = rows[0]["pursuers"]
+    base = {(r["mode"], r["threads"]): r["agent_steps_per_s"] for r in rows if r["pursuers"] == first}
     lines = [
         "# Pursuit-v0: steps per second against the number of pursuers, on this CPU",
         "",
-        f"Machine: {machine()}. Run: `python benchmarks/pursuit.py --part throughput --agents {args.agents} "
-        f"--seconds {args.seconds:g}` on {datetime.date.today()}; uniformly random discrete moves, N * P = "
+        f"Machine: {common.cpu_name()}; torch {torch.__version__}. Run: `python "
+        f"benchmarks/pursuit.py --part throughput --agents {args.agents} --seconds {args.seconds:g} --threads "
+        f"{' '.join(map(str, args.threads))}` on {datetime.date.today()}; uniformly random discrete moves, N * P = "
         f"{args.agents:,} agents every step; `env.step` eagerly, and compiled by `rl_suite.compiled.compile_env_step` "
         f"(what `rl-suite train ... --compile compile` steps), whose compilation is timed apart. Code: commit "
         f"{common.git_commit()}.",
         "",
-        "| pursuers P | environments N | mode | env-steps/s | agent-steps/s | per agent, relative to the first P | "
-        "compile (s) |",
-        "|---:|---:|---|---:|---:|---:|---:|",
+        "| threads | pursuers P | environments N | mode | env-steps/s | agent-steps/s | per agent, relative to the "
+        "first P | compile (s) |",
+        "|---:|---:|---:|---|---:|---:|---:|---:|",
         *(
-            f"| {r['pursuers']:,} | {r['num_envs']:,} | {r['mode']} | {r['env_steps_per_s']:,.0f} | "
-            f"{r['agent_steps_per_s']:,.0f} | {r['agent_steps_per_s'] / base[r['mode']]:.2f} | "
+            f"| {r['threads']} | {r['pursuers']:,} | {r['num_envs']:,} | {r['mode']} | {r['env_steps_per_s']:,.0f} | "
+            f"{r['agent_steps_per_s']:,.0f} | {r['agent_steps_per_s'] / base[r['mode'], r['threads']]:.2f} | "
             + (f"{r['compile_s']:.0f} |" if r["mode"] == "compiled" else "- |")
             for r in rows
         ),
         "",
-        f"- The script's verdict: goal (at least {GOAL_AGENT_STEPS:,} agent-steps/s at P = 1,000, in either mode) "
-        f"**{common.verdict(met)}** ({best_at_goal:,.0f}).",
     ]
+    if best is not None:
+        lines.append(
+            f"- The script's verdict: goal (at least {GOAL_AGENT_STEPS:,} agent-steps/s at P = 1,000 on this CPU, in "
+            f"either mode) **{common.verdict(met)}**: {best['agent_steps_per_s']:,.0f} {best['mode']} with "
+            f"{best['threads']} thread(s); {one_thread:,.0f} at best with one thread."
+        )
     common.write_report(args.results_dir / "pursuit_throughput.md", lines)
 
 

@@ -36,8 +36,9 @@ density; where one holds more than ``cell_capacity`` points, the surplus (the po
 farthest) is not seen from that cell. The ``k`` nearest of a query's 36 candidates are chosen by a selection network of
 elementwise minima and maxima over all queries at once (``smallest_rows``), not ``topk`` one query at a time, and
 every shape is fixed, so the step compiles as one graph: ``rl_suite.compiled.compile_env_step`` (the runner's
-``compile="compile"``) takes it from about 0.6M to 0.9M-1.4M agent-steps per second at P = 1,000 on a 2-core AMD EPYC
-(``benchmarks/results/pursuit_throughput.md``). ``tests/test_pursuit.py`` checks the search against all pairs.
+``compile="compile"``) takes it from about 0.7M to 0.9M-1.5M agent-steps per second at P = 1,000 on one core of a
+2-core AMD EPYC, and to 2.3M-2.5M with a thread on each core (``benchmarks/results/pursuit_throughput.md``).
+``tests/test_pursuit.py`` checks the search against all pairs.
 
 The physical state (``get_state``/``set_state``) is ``[N, P + E, 2]``: pursuer then evader positions, in arena
 coordinates ``[0, L]^2``.
