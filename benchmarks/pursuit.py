@@ -5,7 +5,7 @@ MAPPO policy trained with 100 pursuers works with 10 and 1,000.
 at P = 10, 100 and 1,000 pursuers (``--pursuers``), with N environments chosen so that N * P = ``--agents`` (16,384)
 throughout: the same number of agents each step, so that the rate per agent shows what more pursuers per
 environment cost. Each size is measured twice: ``env.step`` eagerly, and compiled by
-``rl_suite.compiled.compile_env_step`` (what ``rl-suite train ... --compile compile`` steps; compiling takes about a
+``rl_suite.compiled.compile_env_step`` (what ``rl-suite train ... --compile compile`` steps; compiling takes under a
 minute per size here, timed apart), with one thread and with one per core (``--threads``). Goal (the issue): at
 least 1M agent-steps per second at P = 1,000 on this CPU.
 
@@ -127,8 +127,8 @@ def main() -> None:
         for threads in args.threads:
             for p in args.pursuers:
                 for compiled in (False, True):
-                    rows.append(throughput(p, max(1, args.agents // p), args.seconds, compiled, threads))
-                    row = rows[-1]
+                    row = throughput(p, max(1, args.agents // p), args.seconds, compiled, threads)
+                    rows.append(row)
                     print(
                         f"{threads} threads, P = {p}, {row['mode']}: {row['agent_steps_per_s']:,.0f} agent-steps/s",
                         flush=True,
