@@ -212,6 +212,17 @@ class FixedPolicy:
         return torch.randn(shape, generator=self.generator), {}
 
 
+def fixed_policy_evaluation(env_id: str, kind: str, seed: int, episodes: int, env_kwargs: dict) -> dict[str, float]:
+    """The runner's evaluation (``rl_suite.runner.evaluate``, on the evaluation seed of a run with ``seed``) of standing
+    or random play (``FixedPolicy``) on ``env_id`` made with ``env_kwargs``: the task's metrics."""
+    from rl_suite.registry import make
+    from rl_suite.runner import evaluate
+
+    eval_seed = seed + EVAL_SEED_OFFSET
+    with make(env_id, num_envs=episodes, seed=eval_seed, **env_kwargs) as env:
+        return evaluate(FixedPolicy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
+
+
 def write_report(path: pathlib.Path, lines: list[str]) -> None:
     """Write a report's markdown lines to ``path`` and print them."""
     path.write_text("\n".join(lines) + "\n")

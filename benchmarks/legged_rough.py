@@ -19,9 +19,10 @@ edge) before it falls. Standing (zero action) and random (N(0, 1) actions) play 
         [--results-dir benchmarks/results]
 
 Writes ``legged_rough.md`` (final terrain level and course success as mean ± std over seeds with the best seed, the
-baselines; the machine), ``legged_rough.csv`` (every evaluation of every seed) and ``legged_rough.png`` (terrain level
-against wall-clock) into ``--results-dir``. Finished seeds are kept in ``benchmarks/runs/legged_rough/`` (a stopped
-run resumes with the seeds it lacks; ``--fresh`` ignores them).
+baselines; each seed's two stages beside standing play's tracking error on flat ground; the machine),
+``legged_rough.csv`` (every evaluation of every seed) and ``legged_rough.png`` (terrain level against wall-clock) into
+``--results-dir``. Finished seeds are kept in ``benchmarks/runs/legged_rough/`` (a stopped run resumes with the seeds it
+lacks; ``--fresh`` ignores them).
 """
 
 from __future__ import annotations
@@ -101,6 +102,36 @@ def start_line(args) -> str:
     )
 
 
+def seed_table(runs: dict[int, dict], final_level: dict[int, float], flat_standing: dict | None) -> list[str]:
+    """Each seed's two stages: how far its flat-ground stage got (a rough stage that starts from a policy that only
+    stands has nothing to climb with) and where its rough stage ended."""
+    lines = [
+        "Each seed: the flat-ground stage's env steps and final tracking error (m/s), then the rough stage's.",
+        "",
+        "| seed | flat ground: env steps | flat ground: tracking error | rough: env steps | terrain level | "
+        + " | ".join(COURSES)
+        + " |",
+        "|---:|---:|---:|---:|---:|" + "---:|" * len(COURSES),
+    ]
+    for seed, result in runs.items():
+        start = result.get("start_evaluations") or [{}]
+        flat_steps = f"{result['start_env_steps']:,}" if "start_env_steps" in result else ""
+        flat_error = f"{start[-1]['tracking_error_lin']:.2f}" if "tracking_error_lin" in start[-1] else ""
+        lines.append(
+            f"| {seed} | {flat_steps} | {flat_error} | {result['env_steps']:,} | {final_level[seed]:.2f} | "
+            + " | ".join(f"{result['courses'][name]['success']:.0%}" for name in COURSES)
+            + " |"
+        )
+    if flat_standing is not None:
+        lines += [
+            "",
+            f"Standing play's tracking error on flat ground (seed 0's evaluation): "
+            f"{flat_standing['tracking_error_lin']:.2f} m/s; a flat-ground stage that ends near it never learned to "
+            "walk.",
+        ]
+    return lines
+
+
 def machine() -> str:
     return f"{common.cpu_name()}; torch {torch.__version__} ({torch.get_num_threads()} threads)"
 
@@ -128,10 +159,14 @@ def main() -> None:
         kind: {name: course_success(baseline_act(kind, 0), env_kwargs, name, 0) for name in COURSES}
         for kind in ("standing", "random")
     }
-    write(runs, baselines, args)
+    flat_standing = None  # what a flat-ground stage that never learned to walk ends at
+    if args.start_minutes > 0:
+        flat_kwargs = common.shipped_settings("ppo", START_FROM)["env_kwargs"]
+        flat_standing = common.fixed_policy_evaluation(START_FROM, "standing", 0, EVAL_EPISODES, flat_kwargs)
+    write(runs, baselines, args, flat_standing)
 
 
-def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
+def write(runs: dict[int, dict], baselines: dict[str, dict], args, flat_standing: dict | None) -> None:
     folder = args.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     rows = [
@@ -187,6 +222,7 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
     for kind, courses in baselines.items():
         label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
         lines.append(f"| {label} | | " + " | ".join(percent.format(courses[n]["success"]) for n in COURSES) + " |")
+    lines += ["", *seed_table(runs, final_level, flat_standing)]
     lines += ["", "![terrain level against wall-clock](legged_rough.png)"]
     common.write_report(folder / "legged_rough.md", lines)
     plt = common.pyplot()

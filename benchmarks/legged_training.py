@@ -43,15 +43,6 @@ GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.25, 0.05, 60.0
 METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
 
 
-def baseline(env_id: str, kind: str, seed: int, env_kwargs: dict) -> dict:
-    import rl_suite
-    from rl_suite.runner import evaluate
-
-    eval_seed = seed + common.EVAL_SEED_OFFSET
-    env = rl_suite.make(env_id, num_envs=EVAL_EPISODES, seed=eval_seed, **env_kwargs)
-    return evaluate(common.FixedPolicy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
-
-
 def first_goal_minutes(evaluations: list[dict]) -> float | None:
     for row in evaluations:
         if row["tracking_error_lin"] <= GOAL_ERROR and row["fell"] <= GOAL_FALLS:
@@ -81,7 +72,10 @@ def main() -> None:
             f"yaw {final['tracking_error_yaw']:.3f} rad/s, falls {final['fell']:.0%}",
             flush=True,
         )
-    baselines = {kind: baseline(args.env, kind, args.seeds[0], env_kwargs) for kind in ("standing", "random")}
+    baselines = {
+        kind: common.fixed_policy_evaluation(args.env, kind, args.seeds[0], EVAL_EPISODES, env_kwargs)
+        for kind in ("standing", "random")
+    }
     write(runs, baselines, args)
 
 
