@@ -188,6 +188,20 @@ def write(runs: dict, baselines: dict, args) -> None:
             f"| {label} | {percent.format(result['recovery'])} | {fmt.format(walking['tracking_error_lin'])} | "
             f"{percent.format(walking['fell'])} | |"
         )
+    # per seed, because a run whose walking never left the standing optimum behaves unlike one that walks
+    standing_error = baselines["standing"]["walking"]["tracking_error_lin"]
+    lines += [
+        "",
+        f"Per seed (a walking tracking error near standing play's {fmt.format(standing_error)} m/s means that run "
+        "never learned to walk):",
+        "",
+        "| seed | " + " | ".join(f"{v}: recovery | {v}: walking error (m/s)" for v in VARIANTS) + " |",
+        "|---:|" + "---:|---:|" * len(VARIANTS),
+    ]
+    for seed in sorted({seed for _, seed in runs}):
+        cells = [f"{percent.format(runs[v, seed]['recovery'])} | "
+                 f"{fmt.format(runs[v, seed]['walking']['tracking_error_lin'])}" for v in VARIANTS]  # fmt: skip
+        lines.append(f"| {seed} | " + " | ".join(cells) + " |")
     plain, banked = recovery[VARIANTS[0]], recovery[VARIANTS[1]]
     raised = banked.mean > plain.mean
     lines += [
