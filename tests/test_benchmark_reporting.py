@@ -261,7 +261,26 @@ def test_offpolicy_goals_judge_sooner_on_each_seed_and_lower_errors_on_the_quadr
     assert lines[0].startswith("- FlashSAC reaches PPO's final score sooner on Humanoid-v5: missed (on 1 of 2 seeds")
     assert "seed 1: PPO's final 5,000 first reached by PPO after 800 s, by FlashSAC after 1000 s" in lines[0]
     assert lines[1].startswith("- FlashSAC reaches PPO's final score sooner on QuadrupedVelocity-Flat-v0: met (on 2")
-    assert lines[2] == "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task."
+    assert lines[2] == "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task; open (no task run)."
+
+
+def test_offpolicy_goals_of_a_suite_run_in_parts_say_whether_the_tasks_run_decide_them():
+    rows = []
+    finals = {"HalfCheetah-v5": (4500, 3500, 5200, 4200), "Ant-v5": (400, 2100, 860, 870)}
+    for task, scores in finals.items():
+        for label, score in zip(("SAC", "FlashSAC", "SAC + DSAC", "SAC + annealed Q"), scores, strict=True):
+            rows.append(offpolicy_row(task, label, 0, (900, score)))
+    lines = offpolicy.goals(rows, argparse.Namespace(seeds=[0]))
+    assert lines[2] == (
+        "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task; already missed (1 of the 2 tasks run: "
+        "HalfCheetah-v5 3,500 vs 4,500, Ant-v5 2,100 vs 400)."
+    )
+    assert lines[3].startswith(
+        "- SAC + DSAC improves SAC on at least two of the three: not run on every task; already met"
+    )
+    assert lines[4].startswith(
+        "- SAC + annealed Q improves SAC on at least two of the three: not run on every task; open"
+    )
 
 
 def test_offpolicy_options_that_do_not_improve_sac_are_reported_as_not_helping():
