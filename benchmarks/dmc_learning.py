@@ -1,8 +1,8 @@
-"""SAC and PPO on five Control Suite tasks at 500k dm_control steps, against published SAC figures.
+"""SAC, PPO and FlashSAC on five Control Suite tasks at 500k dm_control steps, against published SAC figures.
 
-Each run trains with the settings shipped in ``agents/hyperparams/{sac,ppo}.yaml`` for its task (action repeat 2,
-the convention of the state-based DMC papers compared with below) until ``--dmc-steps`` dm_control steps (default
-500,000; what the DMC papers call environment steps: agent steps times the action repeat), evaluating its
+Each run trains with the settings shipped in ``agents/hyperparams/{sac,ppo,flashsac}.yaml`` for its task (action
+repeat 2, the convention of the state-based DMC papers compared with below) until ``--dmc-steps`` dm_control steps
+(default 500,000; what the DMC papers call environment steps: agent steps times the action repeat), evaluating its
 deterministic policy over 10 episodes every 50,000. The final evaluation is the run's result.
 
 The runs are many and long (the script prints its estimate first), so they run ``--jobs`` at a time (default 2),
@@ -16,7 +16,7 @@ and action repeat (``PUBLISHED``), with DrQ's table beside it where it has the t
 the published SAC return on each task within the spread of seeds, that is, our mean plus one standard deviation over
 seeds at least the published mean. A uniformly random policy is scored on the same evaluation.
 
-    python benchmarks/dmc_learning.py [--tasks cheetah-run ...] [--algos sac ppo] [--seeds 0 1 2]
+    python benchmarks/dmc_learning.py [--tasks cheetah-run ...] [--algos sac ppo flashsac] [--seeds 0 1 2]
         [--dmc-steps 500000] [--jobs 2] [--runs-dir DIR] [--results-dir benchmarks/results]
 
 Writes into ``--results-dir``: ``dmc_learning.md`` (the table, the verdicts, wall-clock), ``dmc_learning.csv`` (one
@@ -37,13 +37,15 @@ import numpy as np
 import torch
 
 TASKS = ("cheetah-run", "walker-walk", "quadruped-run", "humanoid-stand", "finger-spin")
-ALGOS = ("sac", "ppo")
+ALGOS = ("sac", "ppo", "flashsac")
+NAMES = {"sac": "SAC", "ppo": "PPO", "flashsac": "FlashSAC"}
 DMC_STEPS = 500_000
 EVAL_EVERY_DMC_STEPS = 50_000
 EVAL_EPISODES = 10
 # On one core, for the estimate printed at the start: a SAC update (128x128, batch 256) took 6.7 ms on one thread of
-# an Intel Xeon, so 250k of them take about 28 minutes, with the env steps and evaluations besides.
-MINUTES_PER_RUN = {"sac": 40, "ppo": 10}
+# an Intel Xeon, so 250k of them take about 28 minutes, with the env steps and evaluations besides. FlashSAC makes a
+# quarter of the updates, each about 3 times SAC's (its MuJoCo entry's networks: 23 ms on that Xeon).
+MINUTES_PER_RUN = {"sac": 40, "ppo": 10, "flashsac": 40}
 
 # Published SAC from states at 500k dm_control steps with action repeat 2: TD-MPC2's SAC baseline (Hansen et al.,
 # arXiv 2310.16828), whose per-seed evaluations the authors released (github.com/nicklashansen/tdmpc2, results/sac/
@@ -165,9 +167,10 @@ def overall_sac_verdict(met: int, missed: int, tasks: int, seeds) -> str:
 
 def settings_line(algo: str, task: str) -> str:
     shipped = common.shipped_settings(algo, env_id(task))
-    keys = ("num_envs", "hidden", "lr", "batch_size", "utd_ratio", "n_step", "n_steps", "epochs", "minibatches")
+    keys = ("num_envs", "hidden", "actor_width", "critic_width", "actor_blocks", "critic_blocks", "expansion", "lr",
+            "batch_size", "utd_ratio", "n_step", "n_steps", "epochs", "minibatches")  # fmt: skip
     described = ", ".join(f"{key} {shipped[key]}" for key in keys if key in shipped)
-    return f"{algo.upper()}: {described}, action repeat {action_repeat(shipped)}"
+    return f"{NAMES[algo]}: {described}, action repeat {action_repeat(shipped)}"
 
 
 def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
@@ -186,16 +189,14 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
                 writer.writerow([run["task"], run["algo"], run["seed"], *point.values()])
 
     fmt = "{:,.0f}"
-    header = "| task | " + " | ".join(
-        f"{a.upper()}, final (mean ± std) | {a.upper()}, best (seed k)" for a in args.algos
-    )
+    header = "| task | " + " | ".join(f"{NAMES[a]}, final (mean ± std) | {NAMES[a]}, best (seed k)" for a in args.algos)
     lines = [
-        f"# SAC and PPO on the Control Suite at {args.dmc_steps:,} dm_control steps, against published SAC",
+        f"# {names(args.algos)} on the Control Suite at {args.dmc_steps:,} dm_control steps, against published SAC",
         "",
         f"Machine: {common.cpu_name()}; torch {torch.__version__}. Run: `python benchmarks/dmc_learning.py` on "
         f"{datetime.date.today()}, {args.jobs} run(s) at a time, each on its own core with one torch thread; shipped "
-        "settings (`agents/hyperparams/{sac,ppo}.yaml`); evaluation: 10 episodes of the deterministic policy. "
-        + common.commits_line(rows),
+        f"settings (`agents/hyperparams/{{{','.join(args.algos)}}}.yaml`); evaluation: 10 episodes of the "
+        "deterministic policy. " + common.commits_line(rows),
         "",
         common.seeds_line(list(args.seeds)),
         "",
@@ -238,13 +239,19 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
     plot(rows, randoms, args, folder / "dmc_learning.png")
 
 
+def names(algos) -> str:
+    """The algorithms named as a list in prose: SAC; SAC and PPO; SAC, PPO and FlashSAC."""
+    named = [NAMES[algo] for algo in algos]
+    return named[0] if len(named) == 1 else ", ".join(named[:-1]) + " and " + named[-1]
+
+
 def wall_clock(rows: list[dict], args) -> str:
     cells = []
     for algo in args.algos:
         for task in args.tasks:
             seconds = [run["seconds"] for run in rows if run["task"] == task and run["algo"] == algo]
             if seconds:
-                cells.append(f"{algo.upper()} {task} {np.mean(seconds) / 60:.0f} min")
+                cells.append(f"{NAMES[algo]} {task} {np.mean(seconds) / 60:.0f} min")
     return ", ".join(cells)
 
 
@@ -261,7 +268,7 @@ def plot(rows: list[dict], randoms: dict[str, float], args, path: pathlib.Path) 
             steps = sorted(set.intersection(*({p["dmc_steps"] for p in run["curve"]} for run in runs)))
             by_step = [{p["dmc_steps"]: p["mean_return"] for p in run["curve"]} for run in runs]
             returns = np.array([[curve[s] for s in steps] for curve in by_step])
-            axis.plot(steps, returns.mean(axis=0), label=f"{algo.upper()} (mean of {len(runs)})")
+            axis.plot(steps, returns.mean(axis=0), label=f"{NAMES[algo]} (mean of {len(runs)})")
             axis.fill_between(steps, returns.min(axis=0), returns.max(axis=0), alpha=0.2)
         if task in PUBLISHED:
             mean, spread = PUBLISHED[task]
@@ -299,8 +306,9 @@ def main() -> None:
     minutes = sum(MINUTES_PER_RUN[algo] * scale for algo in args.algos) * len(args.tasks) * len(args.seeds)
     print(
         f"Estimated wall-clock: {common.grid((args.tasks, 'task'), (args.algos, 'algorithm'), (args.seeds, 'seed'))}, "
-        f"{args.jobs} at a time: about {common.duration(minutes / args.jobs)} (SAC about {MINUTES_PER_RUN['sac']} min "
-        f"a run on one core, PPO {MINUTES_PER_RUN['ppo']}), less the runs kept from earlier invocations.",
+        f"{args.jobs} at a time: about {common.duration(minutes / args.jobs)} (a run on one core: "
+        + ", ".join(f"{NAMES[algo]} about {MINUTES_PER_RUN[algo]} min" for algo in args.algos)
+        + "), less the runs kept from earlier invocations.",
         flush=True,
     )
     rows = run_all(args)

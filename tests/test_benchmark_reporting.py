@@ -400,3 +400,15 @@ def test_the_dmc_goal_waits_for_tasks_without_sac_runs_and_a_single_miss_decides
     assert dmc_learning.overall_sac_verdict(2, 1, 5, seeds) == "missed, 2 of 5 tasks."
     assert dmc_learning.overall_sac_verdict(5, 0, 5, seeds) == "met, 5 of 5 tasks."
     assert dmc_learning.overall_sac_verdict(0, 0, 2, [0]) == "no verdict with 1 seed."
+
+
+@pytest.mark.parametrize("algo", dmc_learning.ALGOS)
+def test_every_dmc_learning_algorithm_ships_settings_for_each_task_at_the_benchmark_budget(algo):
+    """Without a task entry an algorithm would train with its default section (FlashSAC's: one environment, 1M steps,
+    no action repeat) and the table would compare unlike runs."""
+    for task in dmc_learning.TASKS:
+        shipped = common.shipped_settings(algo, dmc_learning.env_id(task))
+        assert dmc_learning.action_repeat(shipped) == 2, (algo, task)
+        assert shipped["total_steps"] * 2 == dmc_learning.DMC_STEPS, (algo, task)
+    assert dmc_learning.names(dmc_learning.ALGOS) == "SAC, PPO and FlashSAC"
+    assert dmc_learning.names(["flashsac"]) == "FlashSAC"
