@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import pathlib
 import struct
+import time
 
 import numpy as np
 import pytest
@@ -48,7 +49,25 @@ def tensorboard_scalars(run_dir: pathlib.Path) -> dict[str, list[tuple[int, floa
 
 
 def offline_runs(run_dir: pathlib.Path) -> list[pathlib.Path]:
-    return sorted((run_dir / "wandb").glob("offline-run-*"))
+    """The offline W&B runs of a run directory, each once its transaction log is complete: ``run.finish()`` only
+    tells the W&B service that the run is over, and the service writes the log's last records (the final history
+    row, then ``exit``) as it closes the run, a moment later; on a loaded machine, after a test has begun to read."""
+    runs = sorted((run_dir / "wandb").glob("offline-run-*"))
+    for offline in runs:
+        deadline = time.monotonic() + 60
+        while not transaction_log_is_complete(offline):
+            assert time.monotonic() < deadline, f"W&B did not finish writing {offline} in 60 s"
+            time.sleep(0.05)
+    return runs
+
+
+def transaction_log_is_complete(offline: pathlib.Path) -> bool:
+    from google.protobuf.message import DecodeError
+
+    try:  # a log still being written may lack its header, or end inside a record
+        return any(record.WhichOneof("record_type") == "exit" for record in offline_records(offline))
+    except (AssertionError, DecodeError, ValueError):
+        return False
 
 
 def offline_records(offline: pathlib.Path):
