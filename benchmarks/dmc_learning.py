@@ -195,7 +195,7 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
         "",
         f"Machine: {common.cpu_name()}; torch {torch.__version__}. Run: `python benchmarks/dmc_learning.py` on "
         f"{datetime.date.today()}, {args.jobs} run(s) at a time, each on its own core with one torch thread; shipped "
-        f"settings (`agents/hyperparams/{{{','.join(args.algos)}}}.yaml`); evaluation: 10 episodes of the "
+        "settings (`agents/hyperparams/{" + ",".join(args.algos) + "}.yaml`); evaluation: 10 episodes of the "
         "deterministic policy. " + common.commits_line(rows),
         "",
         common.seeds_line(list(args.seeds)),
