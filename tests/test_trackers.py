@@ -50,8 +50,9 @@ def tensorboard_scalars(run_dir: pathlib.Path) -> dict[str, list[tuple[int, floa
 
 def offline_runs(run_dir: pathlib.Path) -> list[pathlib.Path]:
     """The offline W&B runs of a run directory, each once its transaction log is complete: ``run.finish()`` only
-    tells the W&B service that the run is over, and the service writes the log's last records (the final history
-    row, then ``exit``) as it closes the run, a moment later; on a loaded machine, after a test has begun to read."""
+    tells the W&B service that the run is over, and the service, which buffers the log, writes it out (ending with
+    the final history row, then ``exit``) as it closes the run a moment later; on a loaded machine, after a test has
+    begun to read."""
     runs = sorted((run_dir / "wandb").glob("offline-run-*"))
     for offline in runs:
         deadline = time.monotonic() + 60
