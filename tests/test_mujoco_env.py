@@ -206,3 +206,39 @@ def test_render_gives_an_rgb_array():
     assert frame.shape == (64, 96, 3) and frame.dtype == np.uint8 and frame.std() > 0
     with pytest.raises(ValueError, match=r"env_id must be in \[0, 2\)"):
         env.render(env_id=2)
+
+
+@pytest.mark.parametrize("source", ["gymnasium half_cheetah.xml", "dm_control cheetah.xml"])
+def test_models_that_set_their_total_mass_compile_to_the_compilers_model_without_its_deprecated_attribute(
+    source, capfd
+):
+    """``settotalmass`` (14 kg on both cheetahs) is deprecated in MuJoCo 4; our loaders scale the masses after
+    compiling instead, and must still give the compiler's model bit for bit, its solver statistics included."""
+    import mujoco
+
+    from rl_suite.envs.dmc.base import COMMON_ASSETS, compile_model, read_model, suite_dir
+    from rl_suite.envs.mujoco.env import model_path
+
+    if source.startswith("gymnasium"):
+        text = model_path("half_cheetah.xml").read_text()
+        compiler = lambda: mujoco.MjModel.from_xml_string(text)  # noqa: E731
+        ours = lambda: rl_suite.make("HalfCheetah-v5").model  # noqa: E731
+    else:
+        text = read_model("cheetah.xml")
+        assets = {name: (suite_dir() / name).read_bytes() for name in COMMON_ASSETS}
+        compiler = lambda: mujoco.MjModel.from_xml_string(text, assets)  # noqa: E731
+        ours = lambda: compile_model(text)  # noqa: E731
+    assert 'settotalmass="14"' in text
+    capfd.readouterr()
+    reference = compiler()
+    assert "settotalmass" in capfd.readouterr().err  # the warning our loaders avoid, so its absence below means it
+    model = ours()
+    assert "settotalmass" not in "".join(capfd.readouterr())
+    assert model.body_mass.sum() == pytest.approx(14.0)
+
+    arrays = [name for name in dir(model) if isinstance(getattr(model, name, None), np.ndarray)]
+    assert len(arrays) > 100
+    different = [name for name in arrays if not np.array_equal(getattr(model, name), getattr(reference, name))]
+    assert different == []
+    for name in ("meanmass", "meaninertia", "meansize", "extent", "center"):
+        assert np.array_equal(getattr(model.stat, name), getattr(reference.stat, name)), name

@@ -26,7 +26,7 @@ import torch
 
 from rl_suite.env import Selection
 from rl_suite.envs.mujoco.env import PhysicsRows
-from rl_suite.envs.mujoco.physics import PhysicsBackend
+from rl_suite.envs.mujoco.physics import PhysicsBackend, compile_spec
 from rl_suite.rng import EnvStreams
 
 Tensor = torch.Tensor
@@ -57,7 +57,7 @@ def compile_model(xml: str) -> mujoco.MjModel:
     ``Physics.from_xml_string(xml, common.ASSETS)`` does."""
     folder = suite_dir()
     assets = {name: (folder / name).read_bytes() for name in COMMON_ASSETS}
-    return mujoco.MjModel.from_xml_string(xml, assets)
+    return compile_spec(mujoco.MjSpec.from_string(xml, include=assets))
 
 
 def write_rows(field: Tensor, selection: Selection, values: Tensor) -> None:

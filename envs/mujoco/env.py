@@ -34,7 +34,7 @@ import torch
 
 from rl_suite.env import Selection, VecEnv
 from rl_suite.envs.mujoco import tasks as task_module
-from rl_suite.envs.mujoco.physics import PhysicsBackend
+from rl_suite.envs.mujoco.physics import PhysicsBackend, compile_spec
 from rl_suite.envs.mujoco.reset_bank import ResetBank, attached, bank_checkpoint, restore_bank
 from rl_suite.registry import load_entry_point
 
@@ -165,7 +165,7 @@ class MujocoVecEnv(VecEnv):
         path = model_path(xml_file or self.task.xml_file)
         if not path.is_file():
             raise FileNotFoundError(f"{task}: model file {str(path)!r} does not exist")
-        self.model = model = mujoco.MjModel.from_xml_path(str(path))
+        self.model = model = compile_spec(mujoco.MjSpec.from_file(str(path)))
         self.dt = model.opt.timestep * self.frame_skip
         self.reward_threshold = self.task.reward_threshold
 

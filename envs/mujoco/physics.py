@@ -61,6 +61,28 @@ def _load_mujoco_library() -> ctypes.CDLL:
     return lib
 
 
+def compile_spec(spec: mujoco.MjSpec) -> mujoco.MjModel:
+    """Compile a parsed model file into the model MuJoCo's compiler gives, without the compiler attribute
+    ``settotalmass``: MuJoCo 4 deprecates it (and warns on every compile) in favour of ``mj_setTotalmass`` and
+    ``mj_setConst`` on the compiled model. gymnasium's half_cheetah.xml and dm_control's cheetah.xml use it (14 kg).
+
+    Those two calls give the compiler's arrays bit for bit, but not its statistics: ``mj_setConst`` leaves
+    ``stat.meanmass`` and ``stat.meaninertia`` as they were before the masses were scaled, and the constraint solver
+    scales its tolerance by ``meaninertia``. They are recomputed here as the compiler defines them (the mean body
+    mass without the world, the mean diagonal of the inertia matrix at ``qpos0``), summed in the compiler's order so
+    that they match it exactly (checked in tests/test_mujoco_env.py)."""
+    total_mass = spec.compiler.settotalmass
+    if total_mass <= 0:  # not set
+        return spec.compile()
+    spec.compiler.settotalmass = -1.0
+    model = spec.compile()
+    mujoco.mj_setTotalmass(model, total_mass)
+    mujoco.mj_setConst(model, mujoco.MjData(model))
+    model.stat.meanmass = sum(model.body_mass[1:].tolist()) / (model.nbody - 1)
+    model.stat.meaninertia = sum(model.dof_M0.tolist()) / model.nv
+    return model
+
+
 class PhysicsBackend(Protocol):
     """What ``MujocoVecEnv``, its tasks (through ``PhysicsRows``) and its wrappers use of a physics backend.
 
