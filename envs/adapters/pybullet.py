@@ -84,6 +84,8 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 import mujoco
 
+from rl_suite.envs.mujoco.physics import compile_spec
+
 TASKS = {
     # name: (MJCF asset, frame_skip, defaults of gymnasium's keyword arguments used here)
     "HalfCheetah": (
@@ -194,7 +196,7 @@ class PyBulletRobot:
             raise ValueError("frame_skip and substeps must be positive integers")
         self.substeps = int(substeps)
         path = asset_path(xml_file)
-        self.model = model = mujoco.MjModel.from_xml_path(str(path))
+        self.model = model = compile_spec(mujoco.MjSpec.from_file(str(path)))
         self.timestep = float(model.opt.timestep)
         self.dt = self.timestep * self.frame_skip
         self.free_root = task == "Ant"
