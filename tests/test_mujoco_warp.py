@@ -20,7 +20,7 @@ gymnasium = pytest.importorskip("gymnasium")
 wp = pytest.importorskip("warp")
 pytest.importorskip("mujoco_warp")
 
-from rl_suite.envs.mujoco.physics import CPUPhysics  # noqa: E402
+from rl_suite.envs.mujoco.physics import CPUPhysics, compile_spec  # noqa: E402
 from rl_suite.envs.mujoco.warp_physics import WarpPhysics  # noqa: E402
 
 ASSETS = Path(gymnasium.__file__).parent / "envs/mujoco/assets"
@@ -49,9 +49,7 @@ TOLERANCE = {
 
 
 def load(name: str, elliptic: bool = False) -> mujoco.MjModel:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", UserWarning)  # humanoid.xml's deprecated settotalmass
-        model = mujoco.MjModel.from_xml_path(str(ASSETS / name))
+    model = compile_spec(mujoco.MjSpec.from_file(str(ASSETS / name)))  # as MujocoVecEnv compiles them
     if elliptic:
         model.opt.cone = mujoco.mjtCone.mjCONE_ELLIPTIC
     return model
