@@ -231,7 +231,7 @@ def test_models_that_set_their_total_mass_compile_to_the_compilers_model_without
     assert 'settotalmass="14"' in text
     capfd.readouterr()
     reference = compiler()
-    assert "settotalmass" in capfd.readouterr().err  # the warning our loaders avoid, so its absence below means it
+    assert "settotalmass" in capfd.readouterr().err  # the compiler warns, so the check below can fail
     model = ours()
     assert "settotalmass" not in "".join(capfd.readouterr())
     assert model.body_mass.sum() == pytest.approx(14.0)

@@ -71,7 +71,7 @@ def compile_spec(spec: mujoco.MjSpec) -> mujoco.MjModel:
     scales its tolerance by ``meaninertia``. They are recomputed here as the compiler defines them (the mean body
     mass without the world, the mean diagonal of the inertia matrix at ``qpos0``), summed in the compiler's order so
     that they match it exactly (checked in tests/test_mujoco_env.py)."""
-    total_mass = spec.compiler.settotalmass
+    total_mass = getattr(spec.compiler, "settotalmass", -1.0)  # gone once MuJoCo removes the attribute
     if total_mass <= 0:  # not set
         return spec.compile()
     spec.compiler.settotalmass = -1.0
