@@ -47,6 +47,7 @@ import numpy as np
 import torch
 
 import rl_suite
+from rl_suite.envs.mujoco.physics import compile_spec
 from rl_suite.throughput import random_actions
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
@@ -199,8 +200,14 @@ def rollout(model: mujoco.MjModel, num_envs: int, nthread: int, substeps: int = 
     return step, runner.close
 
 
+def load_model(xml_file: str) -> mujoco.MjModel:
+    """gymnasium's model file compiled as our envs compile it (``compile_spec``: the same model, without MuJoCo 4's
+    deprecation warning for half_cheetah.xml's ``settotalmass``)."""
+    return compile_spec(mujoco.MjSpec.from_file(str(ASSETS / xml_file)))
+
+
 def batch(xml_file: str, num_envs: int, nthread: int) -> Stepper:
-    model = mujoco.MjModel.from_xml_path(str(ASSETS / xml_file))
+    model = load_model(xml_file)
     sims = mujoco.batch.Batch(model, nsim=num_envs, nthread=nthread)
     ctrl = sims.bind("ctrl")
     controls = [c[:, 0] for c in physics_controls(model, num_envs, 1)]
@@ -222,7 +229,7 @@ def measure_group(env_id: str, num_envs: int, seconds: float, nthread: int, asyn
     else:
         row["gym_async"] = f"skipped: {num_envs} processes"
     steppers["ours"] = ours(env_id, num_envs, nthread)
-    steppers["rollout"] = rollout(mujoco.MjModel.from_xml_path(str(ASSETS / TASKS[env_id])), num_envs, nthread)
+    steppers["rollout"] = rollout(load_model(TASKS[env_id]), num_envs, nthread)
     steppers["batch"] = batch(TASKS[env_id], num_envs, nthread)
     sync = gym.make_vec(env_id, num_envs=num_envs, vectorization_mode="sync")
     steppers["gym_sync"] = gymnasium_vector(sync, num_envs)
