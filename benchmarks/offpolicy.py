@@ -287,11 +287,25 @@ def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
 def random_score(task: str, seed: int) -> float:
     """A uniformly random policy's score; on the quadruped, whose actions are unbounded, N(0, 1) actions'."""
     if legged(task):
-        from legged_training import baseline
-
         env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
-        return baseline(task, "random", seed, env_kwargs)["tracking_error_lin"]
+        evaluation = common.fixed_policy_evaluation(task, "random", seed, EVAL_EPISODES["legged"], env_kwargs)
+        return evaluation["tracking_error_lin"]
     return common.random_policy_evaluation(task, EVAL_EPISODES["mujoco"], seed)["mean_return"]
+
+
+def unshipped(tasks: list[str], trainings: list[str]) -> list[str]:
+    """The (training, task) pairs whose algorithm ships no settings section for the task: run anyway, they would
+    train with the agent's bare defaults (on the quadruped, also another reward than PPO's), not a measured setting."""
+    from rl_suite.registry import load_algorithm
+    from rl_suite.settings import tuned_table
+
+    sections = {algo: tuned_table(load_algorithm(algo)) for algo, _ in TRAININGS.values()}
+    return [
+        f"{label} on {task} (agents/hyperparams/{TRAININGS[label][0]}.yaml has no {task} section)"
+        for task in tasks
+        for label in trainings
+        if task not in sections[TRAININGS[label][0]]
+    ]
 
 
 def main() -> None:
@@ -308,6 +322,8 @@ def main() -> None:
         return
     common.check_seed_arguments(parser, args)
     common.check_pool_arguments(parser, args)
+    if missing := unshipped(args.tasks, args.trainings):
+        parser.error("no shipped settings for " + "; ".join(missing))
     minutes = sum(args.minutes or TASK_MINUTES[t] for t in args.tasks) * len(args.trainings) * len(args.seeds)
     parts = common.grid((args.tasks, "task"), (args.trainings, "training"), (args.seeds, "seed"))
     print(

@@ -25,12 +25,18 @@ RESUMABLE = frozenset({"total_steps", "time_budget_s", "stop_at_return", "stop_a
 started."""
 
 
-def tuned_settings(algo, env_id: str) -> dict:
-    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own)."""
+def tuned_table(algo) -> dict:
+    """The algorithm's shipped settings file (``agents/hyperparams/<name>.yaml``) as read: section name (``default``
+    or an env id) to settings; empty where the algorithm ships none."""
     path = pathlib.Path(inspect.getfile(algo)).parent / "hyperparams" / f"{algo.name}.yaml"
     if not path.is_file():
         return {}
-    table = yaml.safe_load(path.read_text()) or {}
+    return yaml.safe_load(path.read_text()) or {}
+
+
+def tuned_settings(algo, env_id: str) -> dict:
+    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own)."""
+    table = tuned_table(algo)
     return layered(table.get("default") or {}, table.get(env_id) or {})
 
 

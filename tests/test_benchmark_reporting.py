@@ -296,6 +296,27 @@ def test_offpolicy_options_that_do_not_improve_sac_are_reported_as_not_helping()
     )
 
 
+def test_offpolicy_trains_on_shipped_settings_with_one_set_of_task_keywords_per_task():
+    """Every training of the suite has a settings section for every task (not the agent's bare defaults), and on each
+    task all trainings make the same environment (the quadruped's reward keywords are PPO's), so scores compare."""
+    assert offpolicy.unshipped(list(offpolicy.TASK_MINUTES), list(offpolicy.TRAININGS)) == []
+    for task in offpolicy.TASK_MINUTES:
+        keywords = {label: common.shipped_settings(algo, task).get("env_kwargs") for label, (algo, _) in
+                    offpolicy.TRAININGS.items()}  # fmt: skip
+        assert all(k == keywords["PPO"] for k in keywords.values()), (task, keywords)
+    assert offpolicy.unshipped(["CartPole-v1"], ["PPO", "FlashSAC"]) == [
+        "FlashSAC on CartPole-v1 (agents/hyperparams/flashsac.yaml has no CartPole-v1 section)"
+    ]
+
+
+def test_offpolicy_random_play_on_the_quadruped_is_scored_by_the_tracking_error():
+    # N(0, 1) actions: an untrained Gaussian policy's, on the task as PPO's settings make it
+    error = offpolicy.random_score("QuadrupedVelocity-Flat-v0", 0)
+    settings = common.shipped_settings("ppo", "QuadrupedVelocity-Flat-v0")
+    expected = common.fixed_policy_evaluation("QuadrupedVelocity-Flat-v0", "random", 0, 32, settings["env_kwargs"])
+    assert error == expected["tracking_error_lin"] and 0.3 < error < 2.0
+
+
 def sim2sim_row(training: str, seed: int, mujoco: float, pybullet: float, task: str = "HalfCheetah-v5") -> dict:
     return {
         "task": task,
