@@ -1,8 +1,9 @@
 """FlashSAC, SAC (plain, with DSAC-T's critics, with annealed Q-learning), PQL and PPO at equal wall-clock on this
 CPU: the benchmark that decides whether the off-policy side catches up.
 
-Each run trains one training (``--trainings``) with its shipped settings for the task (``agents/hyperparams/``), plus
-the option that names it, for the task's budget (``TASK_MINUTES``: 15 minutes on HalfCheetah-v5, Ant-v5 and
+Each run trains one training (``--trainings``) with its shipped settings for the task (``agents/hyperparams/``; a
+training whose algorithm has no section for the task is refused, as it would train with the agent's bare defaults),
+plus the option that names it, for the task's budget (``TASK_MINUTES``: 15 minutes on HalfCheetah-v5, Ant-v5 and
 Humanoid-v5, 60 on QuadrupedVelocity-Flat-v0; ``--minutes`` overrides), evaluations included. Runs go ``--jobs`` at
 a time (default 2), each in its own process pinned to its own core with one torch thread, as the MuJoCo suite against
 stable-baselines3 runs (so PQL's actor and learners share their one core), for every seed (``--seeds``, default 0 1
