@@ -135,15 +135,18 @@ class TwinCritic(nn.Module):
 
 
 class ActionScaler(nn.Module):
-    """Maps policy actions in ``[-1, 1]`` to a ``Box``'s bounds (clipping first), and back. Unbounded dimensions
-    pass through unchanged."""
+    """Maps policy actions in ``[-1, 1]`` to a ``Box``'s bounds (clipping first), and back. Unbounded dimensions are
+    multiplied by ``unbounded_limit`` without clipping: a Gaussian policy's output passes through unchanged at 1, and a
+    squashed policy's ``[-1, 1]`` spans ``[-unbounded_limit, unbounded_limit]``."""
 
-    def __init__(self, space: gym.spaces.Box):
+    def __init__(self, space: gym.spaces.Box, unbounded_limit: float = 1.0):
         super().__init__()
+        if not unbounded_limit > 0:
+            raise ValueError(f"the squashed actions' limit (unbounded_action_limit) must be above 0, got {unbounded_limit}")
         low, high = torch.as_tensor(space.low, dtype=torch.float32), torch.as_tensor(space.high, dtype=torch.float32)
         bounded = torch.isfinite(low) & torch.isfinite(high)
         self.register_buffer("center", torch.where(bounded, (high + low) / 2, 0.0))
-        self.register_buffer("half_range", torch.where(bounded, (high - low) / 2, 1.0))
+        self.register_buffer("half_range", torch.where(bounded, (high - low) / 2, float(unbounded_limit)))
         self.register_buffer("bounded", bounded)
 
     def forward(self, action: torch.Tensor) -> torch.Tensor:

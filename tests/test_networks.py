@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import gymnasium as gym
 import numpy as np
+import pytest
 import torch
 from torch import distributions as D
 
@@ -101,6 +102,16 @@ def test_action_scaler_maps_to_the_bounds_and_clips():
     torch.testing.assert_close(scaler.unscale(out[:2]), torch.tensor([[-1.0, 1.0], [0.0, 0.0]]))
     unbounded = ActionScaler(gym.spaces.Box(-np.inf, np.inf, (1,), dtype=np.float32))
     torch.testing.assert_close(unbounded(torch.tensor([[5.0]])), torch.tensor([[5.0]]))
+
+
+def test_action_scaler_widens_unbounded_dimensions_by_its_limit_and_leaves_bounded_ones():
+    space = gym.spaces.Box(np.array([-np.inf, 0.0]), np.array([np.inf, 10.0]), dtype=np.float32)
+    scaler = ActionScaler(space, unbounded_limit=3.0)
+    out = scaler(torch.tensor([[-1.0, 1.0], [0.5, 0.0]]))
+    torch.testing.assert_close(out, torch.tensor([[-3.0, 10.0], [1.5, 5.0]]))
+    torch.testing.assert_close(scaler.unscale(out), torch.tensor([[-1.0, 1.0], [0.5, 0.0]]))
+    with pytest.raises(ValueError, match=r"squashed actions' limit \(unbounded_action_limit\) must be above 0, got 0"):
+        ActionScaler(space, unbounded_limit=0.0)
 
 
 def test_ensemble_mlp_equals_its_members_run_separately():
