@@ -142,7 +142,9 @@ class ActionScaler(nn.Module):
     def __init__(self, space: gym.spaces.Box, unbounded_limit: float = 1.0):
         super().__init__()
         if not unbounded_limit > 0:
-            raise ValueError(f"the squashed actions' limit (unbounded_action_limit) must be above 0, got {unbounded_limit}")
+            raise ValueError(
+                f"the squashed actions' limit (unbounded_action_limit) must be above 0, got {unbounded_limit}"
+            )
         low, high = torch.as_tensor(space.low, dtype=torch.float32), torch.as_tensor(space.high, dtype=torch.float32)
         bounded = torch.isfinite(low) & torch.isfinite(high)
         self.register_buffer("center", torch.where(bounded, (high + low) / 2, 0.0))
