@@ -16,6 +16,8 @@ import rl_suite
 from rl_suite.agent import Agent, MultiAgentAgent
 from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.collector import Collector
+from rl_suite.deploy import load_policy
+from rl_suite.deploy.export import export_policy
 from rl_suite.registry import ALGORITHMS, load_algorithm
 from rl_suite.runner import RunConfig, Runner, evaluate
 
@@ -178,3 +180,35 @@ def test_every_collector_runs_the_one_loop_of_collector_py():
     for kind in (CompiledCollector, GraphCollector, MultiAgentCollector):
         assert "_collect" not in vars(kind), f"{kind.__name__} writes its own collect loop"
     assert CompiledCollector.collect is Collector.collect and MultiAgentCollector.collect is Collector.collect
+
+
+SQUASHED_AGENTS = {  # the agents whose tanh actions are scaled onto the space; settings small enough to build fast
+    "sac": dict(hidden=(16, 16), batch_size=32, buffer_size=1024),
+    "flashsac": dict(actor_width=16, critic_width=16, batch_size=32, buffer_size=1024, atoms=11),
+    "pql": dict(hidden=(16, 16), batch_size=32, buffer_size=1024),
+}
+
+
+@pytest.mark.parametrize("name", list(SQUASHED_AGENTS))
+def test_squashed_actions_span_the_unbounded_action_limit_in_warm_up_acting_and_export(name, tmp_path):
+    """SAC, FlashSAC and PQL share ``unbounded_action_limit``: on an unbounded space (a legged robot's joint offsets,
+    unbounded as rsl_rl's) their [-1, 1] actions span +-limit in the warm-up, acting and the exported policy."""
+    algo = load_algorithm(name)
+    obs_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
+    joint_offsets = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    settings = {**SQUASHED_AGENTS[name], "learning_starts": 10_000}
+    torch.manual_seed(0)
+    wide = algo(obs_space, joint_offsets, **settings, unbounded_action_limit=3.0)
+    torch.manual_seed(0)  # the same initial weights: the limit draws no random numbers
+    narrow = algo(obs_space, joint_offsets, **settings)
+    warm_up, _ = wide.act(torch.randn(512, 5))  # uniform over the squashed range
+    assert 2.9 < float(warm_up.abs().max()) <= 3.0
+    assert float(narrow.act(torch.randn(512, 5))[0].abs().max()) <= 1.0
+    obs = torch.randn(64, 5)
+    expected, _ = wide.act(obs, deterministic=True)
+    torch.testing.assert_close(expected, 3.0 * narrow.act(obs, deterministic=True)[0])
+    torch.testing.assert_close(wide.inference_policy().eval()(obs), expected)  # eval: FlashSAC's batch norms
+    path = export_policy(wide, tmp_path / "wide.onnx", "onnx", env_id="Toy-v0", dt=0.02).path
+    np.testing.assert_allclose(load_policy(path)(obs.numpy()), expected.numpy(), atol=1e-5, rtol=1e-4)
+    with pytest.raises(ValueError, match=r"unbounded_action_limit.* must be above 0"):
+        algo(obs_space, joint_offsets, **settings, unbounded_action_limit=0.0)

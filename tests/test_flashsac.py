@@ -209,21 +209,6 @@ def test_settings_that_make_no_sense_are_refused(settings, message):
         FlashSAC(OBS, ACTIONS, **{**SMALL, **settings})
 
 
-def test_squashed_actions_span_the_unbounded_action_limit_in_acting_and_export(tmp_path):
-    joint_offsets = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)  # a legged robot's, unbounded as rsl_rl's
-    wide = FlashSAC(OBS, joint_offsets, **{**SMALL, "learning_starts": 10_000}, unbounded_action_limit=3.0)
-    warm_up, _ = wide.act(torch.randn(512, 5))  # uniform over the squashed range
-    assert 2.9 < float(warm_up.abs().max()) <= 3.0
-    narrow = FlashSAC(OBS, joint_offsets, **{**SMALL, "learning_starts": 10_000})
-    assert float(narrow.act(torch.randn(512, 5))[0].abs().max()) <= 1.0
-    narrow.actor.load_state_dict(wide.actor.state_dict())
-    obs = torch.randn(64, 5)
-    expected, _ = wide.act(obs, deterministic=True)
-    torch.testing.assert_close(expected, 3.0 * narrow.act(obs, deterministic=True)[0])
-    path = export_policy(wide, tmp_path / "wide.onnx", "onnx", env_id="Toy-v0", dt=0.02).path
-    np.testing.assert_allclose(load_policy(path)(obs.numpy()), expected.numpy(), atol=1e-5, rtol=1e-4)
-
-
 def test_a_discrete_action_space_is_told_which_agents_handle_it():
     with pytest.raises(ValueError, match="for discrete actions use ppo"):
         FlashSAC(OBS, gym.spaces.Discrete(3))

@@ -6,8 +6,6 @@ from __future__ import annotations
 import signal
 import threading
 
-import gymnasium as gym
-import numpy as np
 import pytest
 import torch
 
@@ -173,22 +171,6 @@ def test_each_environment_keeps_its_own_noise_scale_spread_over_the_range():
 def test_bad_noise_range_is_refused():
     with pytest.raises(ValueError, match="noise_std_min <= noise_std_max"):
         build(noise_std_min=0.9, noise_std_max=0.1)
-
-
-def test_tanh_actions_span_the_unbounded_action_limit_in_warm_up_acting_and_export():
-    joint_offsets = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)  # a legged robot's, unbounded as rsl_rl's
-    obs_space = gym.spaces.Box(-np.inf, np.inf, (3,), np.float32)
-    wide = PQL(obs_space, joint_offsets, **{**TINY_PQL, "learning_starts": 10_000}, unbounded_action_limit=3.0)
-    warm_up, _ = wide.act(torch.randn(512, 3))  # uniform over the squashed range
-    assert 2.9 < float(warm_up.abs().max()) <= 3.0
-    narrow = PQL(obs_space, joint_offsets, **TINY_PQL)
-    narrow.acting_policy.load_state_dict(wide.acting_policy.state_dict())
-    obs = torch.randn(64, 3)
-    expected, _ = wide.act(obs, deterministic=True)
-    torch.testing.assert_close(expected, 3.0 * narrow.act(obs, deterministic=True)[0])
-    torch.testing.assert_close(wide.inference_policy()(obs), expected)
-    with pytest.raises(ValueError, match=r"unbounded_action_limit\) must be above 0"):
-        PQL(obs_space, joint_offsets, **TINY_PQL, unbounded_action_limit=0.0)
 
 
 # -- speed balancing and concurrency ------------------------------------------------------------------------------
