@@ -27,8 +27,8 @@ a time budget has no step budget for the schedule to follow.
         [--minutes M] [--jobs 2] [--runs-dir DIR] [--results-dir benchmarks/results]
 
 Writes into ``--results-dir``: ``offpolicy.md`` (per task and training: env steps, final and best score as mean ± std
-over seeds with the best seed; the goals' verdicts; a uniformly random policy's score), ``offpolicy.csv`` (one row
-per run), ``offpolicy_curves.csv`` (every evaluation) and ``offpolicy_<task>.png`` (score against wall-clock), with
+over seeds with the best seed; the goals' verdicts; a random policy's score, and on the quadruped standing's over the
+seeds), ``offpolicy.csv`` (one row per run), ``offpolicy_curves.csv`` (every evaluation) and ``offpolicy_<task>.png`` (score against wall-clock), with
 the machine they ran on.
 """
 
@@ -212,7 +212,7 @@ def goals(rows: list[dict], args) -> list[str]:
 # -- the report ----------------------------------------------------------------------------------------------------
 
 
-def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
+def write_results(rows: list[dict], randoms: dict[str, float], standings: dict[str, dict[int, float]], args) -> None:
     folder = args.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "offpolicy.csv", "w", newline="") as f:
@@ -259,6 +259,12 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
             )
         random_label = "random (N(0, 1) actions)" if legged(task) else "uniformly random"
         lines.append(f"| {task} | {random_label} | | | {fmt.format(randoms[task])} | | |")
+        if task in standings:
+            standing = common.lower_is_better(standings[task])
+            lines.append(
+                f"| {task} | standing (zero actions) | | | {common.mean_std(standing, fmt)} | "
+                f"{common.best_of(standing, fmt)} | |"
+            )
         plot(rows, task, folder / f"offpolicy_{task.split('-')[0]}.png")
     lines += ["", "Goals:", "", *goals(rows, args)]
     common.write_report(folder / "offpolicy.md", lines)
@@ -292,6 +298,18 @@ def random_score(task: str, seed: int) -> float:
         evaluation = common.fixed_policy_evaluation(task, "random", seed, EVAL_EPISODES["legged"], env_kwargs)
         return evaluation["tracking_error_lin"]
     return common.random_policy_evaluation(task, EVAL_EPISODES["mujoco"], seed)["mean_return"]
+
+
+def standing_scores(task: str, seeds: list[int]) -> dict[int, float]:
+    """A legged task's score for holding the default pose (zero actions) on each seed's evaluation episodes: the level
+    a policy that learned nothing but to stand reaches, which differs between seeds by more than random play's."""
+    env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
+    return {
+        seed: common.fixed_policy_evaluation(task, "standing", seed, EVAL_EPISODES["legged"], env_kwargs)[
+            "tracking_error_lin"
+        ]
+        for seed in seeds
+    }
 
 
 def unshipped(tasks: list[str], trainings: list[str]) -> list[str]:
@@ -333,7 +351,8 @@ def main() -> None:
         flush=True,
     )
     randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks}
-    write_results(run_all(args), randoms, args)
+    standings = {task: standing_scores(task, list(args.seeds)) for task in args.tasks if legged(task)}
+    write_results(run_all(args), randoms, standings, args)
 
 
 if __name__ == "__main__":
