@@ -28,8 +28,8 @@ a time budget has no step budget for the schedule to follow.
 
 Writes into ``--results-dir``: ``offpolicy.md`` (per task and training: env steps, final and best score as mean ± std
 over seeds with the best seed; the goals' verdicts; a random policy's score, and on the quadruped standing's over the
-seeds), ``offpolicy.csv`` (one row per run), ``offpolicy_curves.csv`` (every evaluation) and ``offpolicy_<task>.png`` (score against wall-clock), with
-the machine they ran on.
+seeds), ``offpolicy.csv`` (one row per run), ``offpolicy_curves.csv`` (every evaluation) and ``offpolicy_<task>.png``
+(score against wall-clock), with the machine they ran on.
 """
 
 from __future__ import annotations
