@@ -264,6 +264,22 @@ def test_offpolicy_goals_judge_sooner_on_each_seed_and_lower_errors_on_the_quadr
     assert lines[2] == "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task; open (no task run)."
 
 
+def test_offpolicy_report_gives_the_quadruped_standings_score_over_the_seeds_beside_random_play(tmp_path):
+    quadruped = "QuadrupedVelocity-Flat-v0"
+    rows = []
+    for seed, error in ((0, 0.40), (1, 0.50)):
+        row = offpolicy_row(quadruped, "FlashSAC", seed, (3600, error))
+        row["curve"][0]["env_steps"] = 1000
+        rows.append({**row, "num_envs": 64, "env_steps": 1000, "best": error})
+    args = argparse.Namespace(seeds=[0, 1], tasks=[quadruped], trainings=["FlashSAC"], results_dir=tmp_path)
+    offpolicy.write_results(rows, {quadruped: 0.66}, {quadruped: {0: 0.605, 1: 0.565}}, args)
+    report = (tmp_path / "offpolicy.md").read_text()
+    assert f"| {quadruped} | FlashSAC | 64 | 1,000 | 0.450 ± 0.071 | 0.400 (seed 0) | 0.450 ± 0.071 |" in report
+    assert f"| {quadruped} | random (N(0, 1) actions) | | | 0.660 | | |" in report
+    # Lower is better: the best seed at standing is the lower error, seed 1's.
+    assert f"| {quadruped} | standing (zero actions) | | | 0.585 ± 0.028 | 0.565 (seed 1) | |" in report
+
+
 def test_offpolicy_goals_of_a_suite_run_in_parts_say_whether_the_tasks_run_decide_them():
     rows = []
     finals = {"HalfCheetah-v5": (4500, 3500, 5200, 4200), "Ant-v5": (400, 2100, 860, 870)}
