@@ -303,7 +303,7 @@ def random_score(task: str, seed: int) -> float:
 def standing_scores(task: str, seeds: list[int]) -> dict[int, float]:
     """A legged task's score for holding the default pose (zero actions) on each seed's evaluation episodes: the level
     a policy that learned nothing but to stand reaches. It differs between seeds (0.565-0.605 m/s on the quadruped's
-    seeds 0-2) by as much as a seed's final score can, so it is given over the same seeds."""
+    seeds 0-2), so it is given over the same seeds as the runs."""
     env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
     return {
         seed: common.fixed_policy_evaluation(task, "standing", seed, EVAL_EPISODES["legged"], env_kwargs)[
