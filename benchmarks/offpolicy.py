@@ -294,9 +294,7 @@ def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
 def random_score(task: str, seed: int) -> float:
     """A uniformly random policy's score; on the quadruped, whose actions are unbounded, N(0, 1) actions'."""
     if legged(task):
-        env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
-        evaluation = common.fixed_policy_evaluation(task, "random", seed, EVAL_EPISODES["legged"], env_kwargs)
-        return evaluation["tracking_error_lin"]
+        return fixed_play_error(task, "random", seed)
     return common.random_policy_evaluation(task, EVAL_EPISODES["mujoco"], seed)["mean_return"]
 
 
@@ -304,13 +302,15 @@ def standing_scores(task: str, seeds: list[int]) -> dict[int, float]:
     """A legged task's score for holding the default pose (zero actions) on each seed's evaluation episodes: the level
     a policy that learned nothing but to stand reaches. It differs between seeds (0.565-0.605 m/s on the quadruped's
     seeds 0-2), so it is given over the same seeds as the runs."""
+    return {seed: fixed_play_error(task, "standing", seed) for seed in seeds}
+
+
+def fixed_play_error(task: str, kind: str, seed: int) -> float:
+    """A legged task's tracking error for ``common.FixedPolicy`` play (``kind``: "standing" or "random") on the
+    evaluation episodes of seed ``seed``, on PPO's task keywords (the benchmark's reward for every training)."""
     env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
-    return {
-        seed: common.fixed_policy_evaluation(task, "standing", seed, EVAL_EPISODES["legged"], env_kwargs)[
-            "tracking_error_lin"
-        ]
-        for seed in seeds
-    }
+    evaluation = common.fixed_policy_evaluation(task, kind, seed, EVAL_EPISODES["legged"], env_kwargs)
+    return evaluation["tracking_error_lin"]
 
 
 def unshipped(tasks: list[str], trainings: list[str]) -> list[str]:
