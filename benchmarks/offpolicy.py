@@ -212,7 +212,9 @@ def goals(rows: list[dict], args) -> list[str]:
 # -- the report ----------------------------------------------------------------------------------------------------
 
 
-def write_results(rows: list[dict], randoms: dict[str, float], standings: dict[str, dict[int, float]], args) -> None:
+def write_results(rows: list[dict], randoms: dict[str, float], fixed_plays: dict[str, dict], args) -> None:
+    """``randoms``: the uniformly random policy's return per MuJoCo task (seed 0's); ``fixed_plays``: per legged task,
+    random and standing play's errors per seed (``fixed_play_scores``)."""
     folder = args.results_dir
     folder.mkdir(parents=True, exist_ok=True)
     with open(folder / "offpolicy.csv", "w", newline="") as f:
@@ -257,14 +259,14 @@ def write_results(rows: list[dict], randoms: dict[str, float], standings: dict[s
                 f"| {task} | {label} | {runs[0]['num_envs']} | {steps:,} | {common.mean_std(final, fmt)} | "
                 f"{common.best_of(final, fmt)} | {common.mean_std(best, fmt)} |"
             )
-        random_label = "random (N(0, 1) actions)" if legged(task) else "uniformly random"
-        lines.append(f"| {task} | {random_label} | | | {fmt.format(randoms[task])} | | |")
-        if task in standings:
-            standing = common.lower_is_better(standings[task])
-            lines.append(
-                f"| {task} | standing (zero actions) | | | {common.mean_std(standing, fmt)} | "
-                f"{common.best_of(standing, fmt)} | |"
-            )
+        if task in randoms:
+            lines.append(f"| {task} | uniformly random | | | {fmt.format(randoms[task])} | | |")
+        for kind, label in (("random", "random (N(0, 1) actions)"), ("standing", "standing (zero actions)")):
+            if task in fixed_plays:
+                scores = common.lower_is_better(fixed_plays[task][kind])
+                lines.append(
+                    f"| {task} | {label} | | | {common.mean_std(scores, fmt)} | {common.best_of(scores, fmt)} | |"
+                )
         plot(rows, task, folder / f"offpolicy_{task.split('-')[0]}.png")
     lines += ["", "Goals:", "", *goals(rows, args)]
     common.write_report(folder / "offpolicy.md", lines)
@@ -292,25 +294,21 @@ def plot(rows: list[dict], task: str, path: pathlib.Path) -> None:
 
 
 def random_score(task: str, seed: int) -> float:
-    """A uniformly random policy's score; on the quadruped, whose actions are unbounded, N(0, 1) actions'."""
-    if legged(task):
-        return fixed_play_error(task, "random", seed)
+    """A uniformly random policy's return on a MuJoCo task."""
     return common.random_policy_evaluation(task, EVAL_EPISODES["mujoco"], seed)["mean_return"]
 
 
-def standing_scores(task: str, seeds: list[int]) -> dict[int, float]:
-    """A legged task's score for holding the default pose (zero actions) on each seed's evaluation episodes: the level
-    a policy that learned nothing but to stand reaches. It differs between seeds (0.565-0.605 m/s on the quadruped's
-    seeds 0-2), so it is given over the same seeds as the runs."""
-    return {seed: fixed_play_error(task, "standing", seed) for seed in seeds}
-
-
-def fixed_play_error(task: str, kind: str, seed: int) -> float:
-    """A legged task's tracking error for ``common.FixedPolicy`` play (``kind``: "standing" or "random") on the
-    evaluation episodes of seed ``seed``, on PPO's task keywords (the benchmark's reward for every training)."""
+def fixed_play_scores(task: str, kind: str, seeds: list[int]) -> dict[int, float]:
+    """A legged task's tracking error for ``common.FixedPolicy`` play on each seed's evaluation episodes, on PPO's task
+    keywords (the benchmark's reward for every training). ``kind`` "standing" (zero actions) is the level a policy that
+    learned nothing but to stand reaches; "random" plays N(0, 1) actions, as the actions are unbounded. Both differ
+    between seeds (standing 0.565-0.605 m/s on the quadruped's seeds 0-2), so they are given over the runs' seeds."""
     env_kwargs = common.shipped_settings("ppo", task).get("env_kwargs") or {}
-    evaluation = common.fixed_policy_evaluation(task, kind, seed, EVAL_EPISODES["legged"], env_kwargs)
-    return evaluation["tracking_error_lin"]
+    episodes = EVAL_EPISODES["legged"]
+    return {
+        seed: common.fixed_policy_evaluation(task, kind, seed, episodes, env_kwargs)["tracking_error_lin"]
+        for seed in seeds
+    }
 
 
 def unshipped(tasks: list[str], trainings: list[str]) -> list[str]:
@@ -351,9 +349,13 @@ def main() -> None:
         "kept.",
         flush=True,
     )
-    randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks}
-    standings = {task: standing_scores(task, list(args.seeds)) for task in args.tasks if legged(task)}
-    write_results(run_all(args), randoms, standings, args)
+    randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks if not legged(task)}
+    fixed_plays = {
+        task: {kind: fixed_play_scores(task, kind, list(args.seeds)) for kind in ("random", "standing")}
+        for task in args.tasks
+        if legged(task)
+    }
+    write_results(run_all(args), randoms, fixed_plays, args)
 
 
 if __name__ == "__main__":

@@ -264,7 +264,7 @@ def test_offpolicy_goals_judge_sooner_on_each_seed_and_lower_errors_on_the_quadr
     assert lines[2] == "- FlashSAC beats SAC on all three MuJoCo tasks: not run on every task; open (no task run)."
 
 
-def test_offpolicy_report_gives_the_quadruped_standings_score_over_the_seeds_beside_random_play(tmp_path):
+def test_offpolicy_report_gives_the_quadrupeds_random_and_standing_play_over_the_seeds(tmp_path):
     quadruped = "QuadrupedVelocity-Flat-v0"
     rows = []
     for seed, error in ((0, 0.40), (1, 0.50)):
@@ -272,12 +272,14 @@ def test_offpolicy_report_gives_the_quadruped_standings_score_over_the_seeds_bes
         row["curve"][0]["env_steps"] = 1000
         rows.append({**row, "num_envs": 64, "env_steps": 1000, "best": error})
     args = argparse.Namespace(seeds=[0, 1], tasks=[quadruped], trainings=["FlashSAC"], results_dir=tmp_path)
-    offpolicy.write_results(rows, {quadruped: 0.66}, {quadruped: {0: 0.605, 1: 0.565}}, args)
+    fixed_plays = {quadruped: {"random": {0: 0.660, 1: 0.640}, "standing": {0: 0.605, 1: 0.565}}}
+    offpolicy.write_results(rows, {}, fixed_plays, args)
     report = (tmp_path / "offpolicy.md").read_text()
     assert f"| {quadruped} | FlashSAC | 64 | 1,000 | 0.450 ± 0.071 | 0.400 (seed 0) | 0.450 ± 0.071 |" in report
-    assert f"| {quadruped} | random (N(0, 1) actions) | | | 0.660 | | |" in report
-    # Lower is better: the best seed at standing is the lower error, seed 1's.
+    assert f"| {quadruped} | random (N(0, 1) actions) | | | 0.650 ± 0.014 | 0.640 (seed 1) | |" in report
+    # Lower is better: the best seed is the lower error, seed 1's; no MuJoCo-style "uniformly random" row.
     assert f"| {quadruped} | standing (zero actions) | | | 0.585 ± 0.028 | 0.565 (seed 1) | |" in report
+    assert "uniformly random" not in report
 
 
 def test_offpolicy_goals_of_a_suite_run_in_parts_say_whether_the_tasks_run_decide_them():
@@ -327,7 +329,7 @@ def test_offpolicy_trains_on_shipped_settings_with_one_set_of_task_keywords_per_
 
 def test_offpolicy_random_play_on_the_quadruped_is_scored_by_the_tracking_error():
     # N(0, 1) actions: an untrained Gaussian policy's, on the task as PPO's settings make it
-    error = offpolicy.random_score("QuadrupedVelocity-Flat-v0", 0)
+    error = offpolicy.fixed_play_scores("QuadrupedVelocity-Flat-v0", "random", [0])[0]
     settings = common.shipped_settings("ppo", "QuadrupedVelocity-Flat-v0")
     expected = common.fixed_policy_evaluation("QuadrupedVelocity-Flat-v0", "random", 0, 32, settings["env_kwargs"])
     assert error == expected["tracking_error_lin"] and 0.3 < error < 2.0
