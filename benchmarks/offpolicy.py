@@ -27,9 +27,9 @@ a time budget has no step budget for the schedule to follow.
         [--minutes M] [--jobs 2] [--runs-dir DIR] [--results-dir benchmarks/results]
 
 Writes into ``--results-dir``: ``offpolicy.md`` (per task and training: env steps, final and best score as mean ± std
-over seeds with the best seed; the goals' verdicts; a random policy's score, and on the quadruped standing's over the
-seeds), ``offpolicy.csv`` (one row per run), ``offpolicy_curves.csv`` (every evaluation) and ``offpolicy_<task>.png``
-(score against wall-clock), with the machine they ran on.
+over seeds with the best seed; the goals' verdicts; a uniformly random policy's score, and on the quadruped random and
+standing play's over the seeds), ``offpolicy.csv`` (one row per run), ``offpolicy_curves.csv`` (every evaluation) and
+``offpolicy_<task>.png`` (score against wall-clock), with the machine they ran on.
 """
 
 from __future__ import annotations
@@ -58,6 +58,8 @@ TRAININGS = {  # label: (algorithm, the option that makes it this training)
 EVAL_EVERY = {"ppo": 100_000, "sac": 10_000, "flashsac": 10_000, "pql": 20_000}  # env steps, on the MuJoCo tasks
 LEGGED_EVAL_EVERY = 1_000_000
 EVAL_EPISODES = {"mujoco": 10, "legged": 32}
+# The fixed plays a legged task's report gives beside the trainings (common.FixedPolicy's kinds), with their row labels.
+FIXED_PLAYS = {"random": "random (N(0, 1) actions)", "standing": "standing (zero actions)"}
 
 
 def legged(task: str) -> bool:
@@ -261,12 +263,10 @@ def write_results(rows: list[dict], randoms: dict[str, float], fixed_plays: dict
             )
         if task in randoms:
             lines.append(f"| {task} | uniformly random | | | {fmt.format(randoms[task])} | | |")
-        for kind, label in (("random", "random (N(0, 1) actions)"), ("standing", "standing (zero actions)")):
-            if task in fixed_plays:
-                scores = common.lower_is_better(fixed_plays[task][kind])
-                lines.append(
-                    f"| {task} | {label} | | | {common.mean_std(scores, fmt)} | {common.best_of(scores, fmt)} | |"
-                )
+        for kind, per_seed in fixed_plays.get(task, {}).items():
+            scores = common.lower_is_better(per_seed)
+            mean, best = common.mean_std(scores, fmt), common.best_of(scores, fmt)
+            lines.append(f"| {task} | {FIXED_PLAYS[kind]} | | | {mean} | {best} | |")
         plot(rows, task, folder / f"offpolicy_{task.split('-')[0]}.png")
     lines += ["", "Goals:", "", *goals(rows, args)]
     common.write_report(folder / "offpolicy.md", lines)
@@ -351,7 +351,7 @@ def main() -> None:
     )
     randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks if not legged(task)}
     fixed_plays = {
-        task: {kind: fixed_play_scores(task, kind, list(args.seeds)) for kind in ("random", "standing")}
+        task: {kind: fixed_play_scores(task, kind, list(args.seeds)) for kind in FIXED_PLAYS}
         for task in args.tasks
         if legged(task)
     }
