@@ -163,18 +163,21 @@ def test_a_benchmark_killed_mid_run_loses_nothing_and_its_rerun_finishes_the_run
 
     bench = tmp_path / "bench"
     command = [sys.executable, "-m", "rl_suite", "benchmark", "--algos", "ppo", "--envs", "CartPole-v1", "--seeds",
-               "1", "--dir", str(bench), "--total-steps", "60000", "--set", "progress=false", "eval_episodes=4",
+               "1", "--dir", str(bench), "--total-steps", "60000", "--set", "log_every_steps=1000", "eval_episodes=4",
                "eval_every_steps=1000000", "checkpoint_every_steps=1000000", "n_steps=16", "epochs=1"]  # fmt: skip
     log = bench / "logs" / "ppo__CartPole-v1__s0.log"
     benchmark = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    while not (log.is_file() and "training ppo on CartPole-v1" in log.read_text()):  # the run is training
+    # A progress line ("train N/60,000 steps", printed at log intervals when the output is not a terminal) comes from
+    # inside the training loop, so the run's interrupt handler is in place: "training ppo on" is printed before it is,
+    # and a signal in between stops the run at once, with no checkpoint (nor anything to lose).
+    while not (log.is_file() and "train 1," in log.read_text()):
         assert time.monotonic() < deadline and benchmark.poll() is None, "the run did not start"
-        time.sleep(0.2)
-    time.sleep(1.0)
+        time.sleep(0.05)
     os.kill(benchmark.pid, signal.SIGKILL)
     benchmark.wait()
     run = bench / "runs" / "ppo__CartPole-v1__s0"
+    deadline = time.monotonic() + 120
     while not checkpoints(run):  # written by the interrupted run on its way out
         assert time.monotonic() < deadline, "the orphaned run wrote no checkpoint"
         time.sleep(0.2)
