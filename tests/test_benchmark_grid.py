@@ -168,10 +168,10 @@ def test_a_benchmark_killed_mid_run_loses_nothing_and_its_rerun_finishes_the_run
     log = bench / "logs" / "ppo__CartPole-v1__s0.log"
     benchmark = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     deadline = time.monotonic() + 120
-    # A progress line ("train N/60,000 steps", printed at log intervals when the output is not a terminal) comes from
-    # inside the training loop, so the run's interrupt handler is in place: "training ppo on" is printed before it is,
-    # and a signal in between stops the run at once, with no checkpoint (nor anything to lose).
-    while not (log.is_file() and "train 1," in log.read_text()):
+    # A progress line ("train N/60,000 steps | steps/s ...", printed at log intervals when the output is not a
+    # terminal) comes from inside the training loop, so the run's interrupt handler is in place: "training ppo on" is
+    # printed before it is, and a signal in between stops the run at once, with no checkpoint (nor anything to lose).
+    while not (log.is_file() and "/60,000 steps | steps/s" in log.read_text()):
         assert time.monotonic() < deadline and benchmark.poll() is None, "the run did not start"
         time.sleep(0.05)
     os.kill(benchmark.pid, signal.SIGKILL)
