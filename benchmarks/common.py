@@ -195,12 +195,16 @@ class SimulatedClock:
 # -- baselines and reports ---------------------------------------------------------------------------------------------
 
 
+# Play that learned nothing (``FixedPolicy``'s kinds), with the row label every report gives it.
+FIXED_PLAYS = {"random": "random (N(0, 1) actions)", "standing": "standing (zero action)"}
+
+
 class FixedPolicy:
     """Play that learned nothing, as the runner's evaluation asks for actions: zero actions (``"standing"``: the
     default pose held by PD, on a legged task) or N(0, 1) actions (``"random"``: an untrained Gaussian policy's)."""
 
     def __init__(self, kind: str, seed: int, action_size: int):
-        if kind not in ("standing", "random"):
+        if kind not in FIXED_PLAYS:
             raise ValueError(f"kind must be 'standing' or 'random', got {kind!r}")
         self.kind, self.action_size = kind, action_size
         self.generator = torch.Generator().manual_seed(seed)

@@ -182,11 +182,10 @@ def write(runs: dict, baselines: dict, args) -> None:
         )
         lines.append(f"| PPO, {variant}, best (seed k) | {common.best_of(success, percent)} | | | |")
     for kind, result in baselines.items():
-        label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
         walking = result["walking"]
         lines.append(
-            f"| {label} | {percent.format(result['recovery'])} | {fmt.format(walking['tracking_error_lin'])} | "
-            f"{percent.format(walking['fell'])} | |"
+            f"| {common.FIXED_PLAYS[kind]} | {percent.format(result['recovery'])} | "
+            f"{fmt.format(walking['tracking_error_lin'])} | {percent.format(walking['fell'])} | |"
         )
     # per seed, because a run whose walking never left the standing optimum behaves unlike one that walks
     standing_error = baselines["standing"]["walking"]["tracking_error_lin"]

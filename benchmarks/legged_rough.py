@@ -220,8 +220,8 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args, flat_standing
         + " |",
     ]
     for kind, courses in baselines.items():
-        label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
-        lines.append(f"| {label} | | " + " | ".join(percent.format(courses[n]["success"]) for n in COURSES) + " |")
+        successes = " | ".join(percent.format(courses[n]["success"]) for n in COURSES)
+        lines.append(f"| {common.FIXED_PLAYS[kind]} | | {successes} |")
     lines += ["", *seed_table(runs, final_level, flat_standing)]
     lines += ["", "![terrain level against wall-clock](legged_rough.png)"]
     common.write_report(folder / "legged_rough.md", lines)

@@ -128,8 +128,7 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
         "| PPO, best (seed k) | " + " | ".join(common.best_of(finals[m], fmt) for m in METRICS) + " | |",
     ]
     for kind, result in baselines.items():
-        label = "standing (zero action)" if kind == "standing" else "random (N(0, 1) actions)"
-        lines.append(f"| {label} | " + " | ".join(fmt.format(result[m]) for m in METRICS) + " | |")
+        lines.append(f"| {common.FIXED_PLAYS[kind]} | " + " | ".join(fmt.format(result[m]) for m in METRICS) + " | |")
     goal = "met" if met and within else "**missed**"
     times = ", ".join(
         f"seed {seed}: {'not reached' if minutes is None else f'{minutes:.0f} min'}"

@@ -58,8 +58,6 @@ TRAININGS = {  # label: (algorithm, the option that makes it this training)
 EVAL_EVERY = {"ppo": 100_000, "sac": 10_000, "flashsac": 10_000, "pql": 20_000}  # env steps, on the MuJoCo tasks
 LEGGED_EVAL_EVERY = 1_000_000
 EVAL_EPISODES = {"mujoco": 10, "legged": 32}
-# The fixed plays a legged task's report gives beside the trainings (common.FixedPolicy's kinds), with their row labels.
-FIXED_PLAYS = {"random": "random (N(0, 1) actions)", "standing": "standing (zero actions)"}
 
 
 def legged(task: str) -> bool:
@@ -266,7 +264,7 @@ def write_results(rows: list[dict], randoms: dict[str, float], fixed_plays: dict
         for kind, per_seed in fixed_plays.get(task, {}).items():
             scores = common.lower_is_better(per_seed)
             mean, best = common.mean_std(scores, fmt), common.best_of(scores, fmt)
-            lines.append(f"| {task} | {FIXED_PLAYS[kind]} | | | {mean} | {best} | |")
+            lines.append(f"| {task} | {common.FIXED_PLAYS[kind]} | | | {mean} | {best} | |")
         plot(rows, task, folder / f"offpolicy_{task.split('-')[0]}.png")
     lines += ["", "Goals:", "", *goals(rows, args)]
     common.write_report(folder / "offpolicy.md", lines)
@@ -351,7 +349,7 @@ def main() -> None:
     )
     randoms = {task: random_score(task, args.seeds[0]) for task in args.tasks if not legged(task)}
     fixed_plays = {
-        task: {kind: fixed_play_scores(task, kind, list(args.seeds)) for kind in FIXED_PLAYS}
+        task: {kind: fixed_play_scores(task, kind, list(args.seeds)) for kind in common.FIXED_PLAYS}
         for task in args.tasks
         if legged(task)
     }

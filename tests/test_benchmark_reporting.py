@@ -278,7 +278,7 @@ def test_offpolicy_report_gives_the_quadrupeds_random_and_standing_play_over_the
     assert f"| {quadruped} | FlashSAC | 64 | 1,000 | 0.450 ± 0.071 | 0.400 (seed 0) | 0.450 ± 0.071 |" in report
     assert f"| {quadruped} | random (N(0, 1) actions) | | | 0.650 ± 0.014 | 0.640 (seed 1) | |" in report
     # Lower is better: the best seed is the lower error, seed 1's; no MuJoCo-style "uniformly random" row.
-    assert f"| {quadruped} | standing (zero actions) | | | 0.585 ± 0.028 | 0.565 (seed 1) | |" in report
+    assert f"| {quadruped} | standing (zero action) | | | 0.585 ± 0.028 | 0.565 (seed 1) | |" in report
     assert "uniformly random" not in report
 
 
