@@ -127,10 +127,6 @@ class FlashSACConfig:
     """Exponent s of the zeta distribution P(k) ~ k^-s of the holding times."""
     noise_repeat_max: int = 16
     """Longest holding time."""
-    unbounded_action_limit: float = 1.0
-    """Where the action space is unbounded (a legged robot's joint offsets, unbounded as rsl_rl's for a Gaussian
-    policy), the squashed actions span +-this. Off-policy legged-locomotion recipes widen the squashed range from +-1
-    to the joints' range (Seo et al. 2025, arXiv 2512.01996; Sabatini et al. 2026, arXiv 2605.24975)."""
 
 
 def check_config(c: FlashSACConfig) -> None:
@@ -154,10 +150,8 @@ def check_config(c: FlashSACConfig) -> None:
         )
     if not 0 < c.tau <= 1:
         problems.append(f"tau must be in (0, 1], got {c.tau}")
-    if not (c.target_sigma > 0 and c.init_alpha > 0 and c.lr > 0 and c.lr_final >= 0 and c.unbounded_action_limit > 0):
-        problems.append(
-            "target_sigma, init_alpha, lr and unbounded_action_limit must be above 0 and lr_final not negative"
-        )
+    if not (c.target_sigma > 0 and c.init_alpha > 0 and c.lr > 0 and c.lr_final >= 0):
+        problems.append("target_sigma, init_alpha and lr must be above 0 and lr_final not negative")
     if problems:
         raise ValueError("flashsac: " + "; ".join(problems))
 
@@ -251,7 +245,7 @@ class FlashSAC(Agent):
         self.temperature = nn.Module()
         self.temperature.log_alpha = nn.Parameter(torch.tensor(math.log(c.init_alpha)))
         self.reward_scale = ReturnScale(c.gamma, c.v_max)
-        self.scaler = ActionScaler(action_space, c.unbounded_action_limit)
+        self.scaler = ActionScaler(action_space)
         self.modules = {
             "actor": self.actor,
             "critic": self.critic,

@@ -71,7 +71,7 @@ class FPO(OnPolicyAgent):
             obs_dim, act_dim, c.hidden, c.activation, c.flow_steps, c.time_embed_dim, c.output_scale
         )
         self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
-        self.scaler = ActionScaler(action_space)
+        self.scaler = ActionScaler(action_space, c.action_bounds)
         self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:

@@ -97,7 +97,7 @@ class PolicyFlow(OnPolicyAgent):
         self.noise = nn.Module()
         self.noise.log_std = nn.Parameter(torch.full((act_dim,), float(c.init_log_std)))
         self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
-        self.scaler = ActionScaler(action_space)
+        self.scaler = ActionScaler(action_space, c.action_bounds)
         self.register({"actor": self.actor, "noise": self.noise}, torch.optim.AdamW, lr=c.lr, weight_decay=1e-5)
         self.behaviour = copy.deepcopy(self.actor).requires_grad_(False)  # v^: the flow that collected the rollout
 

@@ -102,9 +102,6 @@ class PQLConfig:
     """Activation of the hidden layers."""
     normalize_obs: bool = True
     """Normalise observations with running statistics kept in the policy."""
-    unbounded_action_limit: float = 1.0
-    """Where the action space is unbounded (a legged robot's joint offsets, unbounded as rsl_rl's for a Gaussian
-    policy), the policy's tanh actions span +-this (as SAC's and FlashSAC's setting of the same name)."""
     distributional: bool = False
     """PQL-D: categorical critics over ``num_atoms`` returns evenly spaced in ``[v_min, v_max]``."""
     v_min: float = -10.0
@@ -225,7 +222,7 @@ class PQL(Agent):
         # The actor's modules: the observation statistics it keeps, and its copy of the policy.
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
         self.acting_policy = TanhPolicy(obs_dim, act_dim, c.hidden, c.activation)
-        self.scaler = ActionScaler(action_space, c.unbounded_action_limit)
+        self.scaler = ActionScaler(action_space)
         # The P-learner's: the policy it trains, and its copies of the critics and of the statistics.
         self.policy = copy.deepcopy(self.acting_policy)
         self.p_critic = TwinCritic(obs_dim, act_dim, c.hidden, c.activation, atoms).requires_grad_(False)

@@ -97,10 +97,6 @@ class SACConfig:
     throughout. The paper's: 0.9."""
     expectile_anneal_steps: int = 0
     """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
-    unbounded_action_limit: float = 1.0
-    """Where the action space is unbounded (a legged robot's joint offsets, unbounded as rsl_rl's for a Gaussian
-    policy), the squashed actions span +-this. Off-policy legged-locomotion recipes widen the squashed range from +-1
-    to the joints' range (Seo et al. 2025, arXiv 2512.01996; Sabatini et al. 2026, arXiv 2605.24975)."""
 
 
 class SAC(Agent):
@@ -124,7 +120,7 @@ class SAC(Agent):
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.temperature = nn.Module()
         self.temperature.log_alpha = nn.Parameter(torch.tensor(math.log(c.init_alpha)))
-        self.scaler = ActionScaler(action_space, c.unbounded_action_limit)
+        self.scaler = ActionScaler(action_space)
         self.modules = {
             "normalizer": self.normalizer,
             "actor": self.actor,

@@ -135,27 +135,36 @@ class TwinCritic(nn.Module):
 
 
 class ActionScaler(nn.Module):
-    """Maps policy actions in ``[-1, 1]`` to a ``Box``'s bounds (clipping first), and back. Unbounded dimensions are
-    multiplied by ``unbounded_limit`` without clipping: a Gaussian policy's output passes through unchanged at 1, and a
-    squashed policy's ``[-1, 1]`` spans ``[-unbounded_limit, unbounded_limit]``."""
+    """Maps policy actions to a ``Box``, and back.
 
-    def __init__(self, space: gym.spaces.Box, unbounded_limit: float = 1.0):
+    ``mode="scale"``: actions in ``[-1, 1]`` map affinely onto each bounded dimension's ``[low, high]`` (clipped
+    first), as a squashed policy's must; unbounded dimensions pass through unchanged. ``mode="clip"``: the policy's
+    action is the env's own, clipped to the bounds (stable-baselines3's and rsl_rl's Gaussian policies), for spaces
+    whose zero means something, such as a legged robot's joint offsets from its default pose."""
+
+    MODES = ("scale", "clip")
+
+    def __init__(self, space: gym.spaces.Box, mode: str = "scale"):
         super().__init__()
-        if not unbounded_limit > 0:
-            raise ValueError(
-                f"the squashed actions' limit (unbounded_action_limit) must be above 0, got {unbounded_limit}"
-            )
+        if mode not in self.MODES:
+            raise ValueError(f"action_bounds must be one of {self.MODES}, got {mode!r}")
         low, high = torch.as_tensor(space.low, dtype=torch.float32), torch.as_tensor(space.high, dtype=torch.float32)
         bounded = torch.isfinite(low) & torch.isfinite(high)
+        self.clip = mode == "clip"
         self.register_buffer("center", torch.where(bounded, (high + low) / 2, 0.0))
-        self.register_buffer("half_range", torch.where(bounded, (high - low) / 2, float(unbounded_limit)))
+        self.register_buffer("half_range", torch.where(bounded, (high - low) / 2, 1.0))
         self.register_buffer("bounded", bounded)
 
     def forward(self, action: torch.Tensor) -> torch.Tensor:
+        if self.clip:
+            low, high = self.center - self.half_range, self.center + self.half_range
+            return torch.where(self.bounded, torch.maximum(torch.minimum(action, high), low), action)
         clipped = torch.where(self.bounded, action.clamp(-1.0, 1.0), action)
         return self.center + self.half_range * clipped
 
     def unscale(self, env_action: torch.Tensor) -> torch.Tensor:
+        if self.clip:
+            return env_action
         return (env_action - self.center) / self.half_range
 
 

@@ -194,6 +194,10 @@ class OnPolicyConfig:
     scale_rewards: bool = False
     """Divide rewards by a running standard deviation of the discounted return (as CleanRL's and SB3's reward
     normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
+    action_bounds: str = "scale"
+    """How a ``Box``'s finite bounds apply to the policy's actions: ``scale`` maps ``[-1, 1]`` onto them (clipping
+    first); ``clip`` takes the action as the env's own and clips it to them, for spaces whose zero means something (a
+    legged robot's offsets from its default pose, whose bounds are its joint ranges: agents/hyperparams/ppo.yaml)."""
 
 
 class OnPolicyAgent(Agent):
@@ -260,7 +264,7 @@ class OnPolicyAgent(Agent):
             actor = policy_head(self.action_space, obs_dim, c.hidden, c.activation, init_log_std)
         self.actor = actor
         self.critic = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)
-        self.scaler = ActionScaler(self.action_space) if self.continuous else nn.Identity()
+        self.scaler = ActionScaler(self.action_space, c.action_bounds) if self.continuous else nn.Identity()
 
     def rollout_spec(self) -> dict:
         """The fields ``build_policy``'s actor stores per step: the transition, the Gaussian's unclipped actions

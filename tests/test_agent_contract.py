@@ -190,25 +190,24 @@ SQUASHED_AGENTS = {  # the agents whose tanh actions are scaled onto the space; 
 
 
 @pytest.mark.parametrize("name", list(SQUASHED_AGENTS))
-def test_squashed_actions_span_the_unbounded_action_limit_in_warm_up_acting_and_export(name, tmp_path):
-    """SAC, FlashSAC and PQL share ``unbounded_action_limit``: on an unbounded space (a legged robot's joint offsets,
-    unbounded as rsl_rl's) their [-1, 1] actions span +-limit in the warm-up, acting and the exported policy."""
+def test_squashed_actions_span_each_dimensions_bounds_in_warm_up_acting_and_export(name, tmp_path):
+    """SAC, FlashSAC and PQL map their [-1, 1] actions onto each dimension's own bounds, asymmetric ones included (a
+    legged robot's joint ranges in action units), in the warm-up, acting and the exported policy."""
     algo = load_algorithm(name)
     obs_space = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
-    joint_offsets = gym.spaces.Box(-np.inf, np.inf, (2,), np.float32)
+    joint_offsets = gym.spaces.Box(np.array([-3.0, -6.0]), np.array([4.0, 14.0]), dtype=np.float32)
     settings = {**SQUASHED_AGENTS[name], "learning_starts": 10_000}
     torch.manual_seed(0)
-    wide = algo(obs_space, joint_offsets, **settings, unbounded_action_limit=3.0)
-    torch.manual_seed(0)  # the same initial weights: the limit draws no random numbers
-    narrow = algo(obs_space, joint_offsets, **settings)
-    warm_up, _ = wide.act(torch.randn(512, 5))  # uniform over the squashed range
-    assert 2.9 < float(warm_up.abs().max()) <= 3.0
-    assert float(narrow.act(torch.randn(512, 5))[0].abs().max()) <= 1.0
+    agent = algo(obs_space, joint_offsets, **settings)
+    warm_up, _ = agent.act(torch.randn(2048, 5))  # uniform over the bounds
+    low, high = warm_up.amin(0), warm_up.amax(0)
+    assert (low >= torch.tensor([-3.0, -6.0])).all() and (high <= torch.tensor([4.0, 14.0])).all()
+    assert (low < torch.tensor([-2.9, -5.8])).all() and (high > torch.tensor([3.9, 13.8])).all()
     obs = torch.randn(64, 5)
-    expected, _ = wide.act(obs, deterministic=True)
-    torch.testing.assert_close(expected, 3.0 * narrow.act(obs, deterministic=True)[0])
-    torch.testing.assert_close(wide.inference_policy().eval()(obs), expected)  # eval: FlashSAC's batch norms
-    path = export_policy(wide, tmp_path / "wide.onnx", "onnx", env_id="Toy-v0", dt=0.02).path
+    expected, _ = agent.act(obs, deterministic=True)
+    squashed = agent.scaler.unscale(expected)  # back in [-1, 1]: the affine map of the bounds
+    torch.testing.assert_close(agent.scaler(squashed), expected)
+    assert squashed.abs().max() <= 1.0
+    torch.testing.assert_close(agent.inference_policy().eval()(obs), expected)  # eval: FlashSAC's batch norms
+    path = export_policy(agent, tmp_path / "agent.onnx", "onnx", env_id="Toy-v0", dt=0.02).path
     np.testing.assert_allclose(load_policy(path)(obs.numpy()), expected.numpy(), atol=1e-5, rtol=1e-4)
-    with pytest.raises(ValueError, match=r"unbounded_action_limit.* must be above 0"):
-        algo(obs_space, joint_offsets, **settings, unbounded_action_limit=0.0)

@@ -201,7 +201,6 @@ def test_the_reward_scale_on_hand_computed_numbers():
         (dict(utd_ratio=0.0), "utd_ratio must be above 0"),
         (dict(expansion=0), "expansion must be at least 1"),
         (dict(v_min=1.0, v_max=1.0), "v_min < v_max"),
-        (dict(unbounded_action_limit=0.0), "unbounded_action_limit must be above 0"),
     ],
 )
 def test_settings_that_make_no_sense_are_refused(settings, message):

@@ -104,14 +104,17 @@ def test_action_scaler_maps_to_the_bounds_and_clips():
     torch.testing.assert_close(unbounded(torch.tensor([[5.0]])), torch.tensor([[5.0]]))
 
 
-def test_action_scaler_widens_unbounded_dimensions_by_its_limit_and_leaves_bounded_ones():
-    space = gym.spaces.Box(np.array([-np.inf, 0.0]), np.array([np.inf, 10.0]), dtype=np.float32)
-    scaler = ActionScaler(space, unbounded_limit=3.0)
-    out = scaler(torch.tensor([[-1.0, 1.0], [0.5, 0.0]]))
-    torch.testing.assert_close(out, torch.tensor([[-3.0, 10.0], [1.5, 5.0]]))
-    torch.testing.assert_close(scaler.unscale(out), torch.tensor([[-1.0, 1.0], [0.5, 0.0]]))
-    with pytest.raises(ValueError, match=r"squashed actions' limit \(unbounded_action_limit\) must be above 0, got 0"):
-        ActionScaler(space, unbounded_limit=0.0)
+def test_action_scaler_in_clip_mode_passes_actions_through_within_bounds_and_clips_beyond():
+    """``clip``: the policy's action is the env's own (a legged robot's offsets from its default pose), clipped to
+    asymmetric bounds per dimension; an unbounded dimension passes unchanged. ``scale`` would map 0 to the middle."""
+    space = gym.spaces.Box(np.array([-np.inf, -2.0]), np.array([np.inf, 6.0]), dtype=np.float32)
+    scaler = ActionScaler(space, "clip")
+    out = scaler(torch.tensor([[-9.0, 0.0], [0.5, -3.0], [2.0, 7.5]]))
+    torch.testing.assert_close(out, torch.tensor([[-9.0, 0.0], [0.5, -2.0], [2.0, 6.0]]))
+    torch.testing.assert_close(scaler.unscale(out), out)
+    torch.testing.assert_close(ActionScaler(space, "scale")(torch.zeros(1, 2)), torch.tensor([[0.0, 2.0]]))
+    with pytest.raises(ValueError, match=r"action_bounds must be one of \('scale', 'clip'\), got 'squash'"):
+        ActionScaler(space, "squash")
 
 
 def test_ensemble_mlp_equals_its_members_run_separately():
