@@ -79,6 +79,8 @@ class PPO(OnPolicyAgent):
         metrics["explained_variance"] = 1 - (samples["returns"] - samples["value"]).var() / variance.clamp_min(1e-8)
         metrics["lr"] = torch.tensor(self.lr)
         metrics["clip_range"] = torch.tensor(clip)
+        if isinstance(getattr(self.actor, "log_std", None), torch.Tensor):  # the Gaussian's exploration, in env units
+            metrics["action_std"] = self.actor.log_std.detach().exp().mean()
         return metrics
 
     def loss(self, mb: dict[str, torch.Tensor], clip: float) -> dict[str, torch.Tensor]:

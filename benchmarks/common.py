@@ -254,6 +254,18 @@ def shipped_settings(algo_name: str, env_id: str) -> dict:
     return tuned_settings(load_algorithm(algo_name), env_id)
 
 
+def task_defaults(env_id: str) -> dict:
+    """A legged task's own settings with no keywords (``VelocitySettings``, as plain data): its reward recipe lives
+    there, not in the shipped settings, so a run trained on older defaults must not count for newer ones."""
+    import dataclasses
+
+    import rl_suite
+
+    with rl_suite.make(env_id, num_envs=1) as env:
+        settings = getattr(env, "settings", None)
+        return json.loads(json.dumps(dataclasses.asdict(settings))) if dataclasses.is_dataclass(settings) else {}
+
+
 def legged_arguments(
     doc: str,
     env_ids: tuple[str, ...] = (),
@@ -306,6 +318,7 @@ def ppo_seed(
         minutes=args.minutes,
         eval_every_steps=args.eval_every_steps,
         settings=shipped_settings("ppo", env_id),
+        task_defaults=task_defaults(env_id),
     )
     staged = start_from is not None and args.start_minutes > 0
     if staged:

@@ -131,7 +131,7 @@ def main() -> None:
                 f"walking: tracking error {walking['tracking_error_lin']:.3f} m/s, falls {walking['fell']:.0%}",
                 flush=True,
             )
-    shipped = common.shipped_settings("ppo", ENV_ID)["env_kwargs"]
+    shipped = common.shipped_settings("ppo", ENV_ID).get("env_kwargs", {})
     baselines = {kind: evaluations(common.FixedPolicy(kind, 0, 12), {**shipped, "fall_grace_s": GRACE_S}, 0) for kind in
                  ("standing", "random")}  # fmt: skip
     write(runs, baselines, args)

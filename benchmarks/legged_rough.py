@@ -161,7 +161,7 @@ def main() -> None:
     }
     flat_standing = None  # what a flat-ground stage that never learned to walk ends at
     if args.start_minutes > 0:
-        flat_kwargs = common.shipped_settings("ppo", START_FROM)["env_kwargs"]
+        flat_kwargs = common.shipped_settings("ppo", START_FROM).get("env_kwargs", {})
         flat_standing = common.fixed_policy_evaluation(START_FROM, "standing", 0, EVAL_EPISODES, flat_kwargs)
     write(runs, baselines, args, flat_standing)
 

@@ -1,24 +1,25 @@
 """PPO learning to follow velocity commands on the quadruped (or, with ``--env HumanoidVelocity-Flat-v0``, the
 humanoid), on this machine's CPU, against what standing and random play score on the same evaluation.
 
-Each seed (``--seeds``, default 0 1 2) trains ``rl-suite train ppo QuadrupedVelocity-Flat-v0`` with its shipped
-settings (``agents/hyperparams/ppo.yaml``) for ``--minutes`` of wall-clock (evaluations included), one run after
-another with the whole machine. Every evaluation (32 episodes of 20 s, commands drawn from the training ranges)
-reports the task's metrics: the RMS planar tracking error over commands of at most 1 m/s (m/s), the RMS yaw-rate
-error and the fall rate.
+Each seed (``--seeds``, default 0 1 2; the quadruped's goal is stated for 0-4) trains ``rl-suite train ppo
+QuadrupedVelocity-Flat-v0`` with its shipped settings (``agents/hyperparams/ppo.yaml``) for ``--minutes`` (default 30)
+of wall-clock (evaluations included), one run after another with the whole machine. Every evaluation (32 episodes of
+20 s, commands drawn from the training ranges) reports the task's metrics: the RMS planar tracking error over commands
+of at most 1 m/s (m/s), the RMS yaw-rate error, the fall rate, and the diagnostics of a failing gait (the base's
+height, the joints' excess beyond their soft limits, the fraction of actions beyond the bounds).
 
-The goal, from the quadruped's issue: RMS planar tracking error at most 0.25 m/s with at most 5% falls within 60
-minutes, on the mean over seeds. The humanoid's issue sets none (it asks what this CPU reaches in an hour), so its
-report holds the humanoid to the same line. Two policies that learned nothing, on the same evaluation: standing (zero
-action: the default pose held by PD, which tracks a command no better than its own speed; the humanoid falls) and
-random (actions N(0, 1), an untrained Gaussian policy's).
+The goal, from the "every seed walks" issue: **every** seed reaches an RMS planar tracking error of at most 0.20 m/s
+with at most 5% falls within 30 minutes, and still meets it at its final evaluation; the report gives the minute each
+seed first met 0.25 and 0.20 m/s (with at most 5% falls). The humanoid is held to the same line. Two policies that
+learned nothing, on the same evaluation: standing (zero action: the default pose held by PD, which tracks a command no
+better than its own speed; the humanoid falls) and random (actions N(0, 1), an untrained Gaussian policy's).
 
-    python benchmarks/legged_training.py [--env ID] [--minutes 60] [--seeds 0 1 2] [--results-dir benchmarks/results]
+    python benchmarks/legged_training.py [--env ID] [--minutes 30] [--seeds 0 1 2 3 4] [--results-dir DIR]
 
 Writes into ``--results-dir``: ``legged_training.md`` (final metrics as mean ± std over seeds, the best seed, the time
-each seed first met the goal, the baselines, the goal's verdict), ``legged_training.csv`` (every evaluation of every
-seed: wall-clock, env steps, metrics), ``legged_training.png`` (tracking error against wall-clock) and each seed's
-final policy, exported with its robot entry, as ``legged_policies/quadruped_flat_seed<k>.onnx`` (what
+each seed first met 0.25 and 0.20, the baselines, the goal's verdict), ``legged_training.csv`` (every evaluation of
+every seed: wall-clock, env steps, metrics, diagnostics), ``legged_training.png`` (tracking error against wall-clock)
+and each seed's final policy, exported with its robot entry, as ``legged_policies/quadruped_flat_seed<k>.onnx`` (what
 ``benchmarks/legged_sim2sim.py`` deploys); for the humanoid, ``humanoid_training.*`` and
 ``legged_policies/humanoid_flat_seed<k>.onnx``.
 """
@@ -39,15 +40,26 @@ TASKS = {  # env id: (the report's file stem, the exported policies' stem)
     "HumanoidVelocity-Flat-v0": ("humanoid_training", "humanoid_flat"),
 }
 EVAL_EPISODES = 32
-GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.25, 0.05, 60.0
+GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.20, 0.05, 30.0
+MILESTONES = (0.25, GOAL_ERROR)  # the tracking errors whose first minute the report gives per seed
 METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
+DIAGNOSTICS = ("base_height", "joint_limit_excess", "actions_beyond_bounds")  # velocity.DIAGNOSTICS
 
 
-def first_goal_minutes(evaluations: list[dict]) -> float | None:
+def first_minutes(evaluations: list[dict], error: float = GOAL_ERROR) -> float | None:
+    """The wall-clock minute of the first evaluation tracking within ``error`` m/s with at most GOAL_FALLS falls."""
     for row in evaluations:
-        if row["tracking_error_lin"] <= GOAL_ERROR and row["fell"] <= GOAL_FALLS:
+        if row["tracking_error_lin"] <= error and row["fell"] <= GOAL_FALLS:
             return row["wall_time_s"] / 60
     return None
+
+
+def seed_meets_goal(summary: dict) -> bool:
+    """The seed reached the goal within GOAL_MINUTES and its final evaluation still meets it."""
+    reached = first_minutes(summary["evaluations"])
+    final = summary["final_eval"]
+    holds = final["tracking_error_lin"] <= GOAL_ERROR and final["fell"] <= GOAL_FALLS
+    return reached is not None and reached <= GOAL_MINUTES and holds
 
 
 def machine() -> str:
@@ -55,7 +67,7 @@ def machine() -> str:
 
 
 def main() -> None:
-    args = common.legged_arguments(__doc__, tuple(TASKS))
+    args = common.legged_arguments(__doc__, tuple(TASKS), minutes=GOAL_MINUTES)
     finished = common.FinishedRuns(args, "legged_training")
     runs, env_kwargs = {}, {}
     for seed in args.seeds:
@@ -95,7 +107,13 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
     folder, stem = args.results_dir, TASKS[args.env][0]
     folder.mkdir(parents=True, exist_ok=True)
     rows = [
-        {"seed": seed, "env_steps": row["env_steps"], "wall_time_s": row["wall_time_s"], **{m: row[m] for m in METRICS}}
+        {
+            "seed": seed,
+            "env_steps": row["env_steps"],
+            "wall_time_s": row["wall_time_s"],
+            **{m: row[m] for m in METRICS},
+            **{m: row.get(m, math.nan) for m in DIAGNOSTICS},  # runs from before the diagnostics lack them
+        }
         for seed, summary in runs.items()
         for row in summary["evaluations"]
     ]
@@ -106,9 +124,7 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
 
     finals = {m: common.lower_is_better({s: runs[s]["final_eval"][m] for s in runs}) for m in METRICS}
     fmt = "{:.3f}"
-    met = finals["tracking_error_lin"].mean <= GOAL_ERROR and finals["fell"].mean <= GOAL_FALLS
-    within = args.minutes <= GOAL_MINUTES
-    reached = {seed: first_goal_minutes(summary["evaluations"]) for seed, summary in runs.items()}
+    met = {seed: seed_meets_goal(summary) for seed, summary in runs.items()}
     env_flag = "" if args.env == next(iter(TASKS)) else f" --env {args.env}"
     lines = [
         f"# PPO on {args.env}: velocity tracking on this CPU",
@@ -129,15 +145,24 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args) -> None:
     ]
     for kind, result in baselines.items():
         lines.append(f"| {common.FIXED_PLAYS[kind]} | " + " | ".join(fmt.format(result[m]) for m in METRICS) + " | |")
-    goal = "met" if met and within else "**missed**"
-    times = ", ".join(
-        f"seed {seed}: {'not reached' if minutes is None else f'{minutes:.0f} min'}"
-        for seed, minutes in reached.items()
-    )
+    lines += ["", "Per seed (final evaluation; the minute each first tracked within 0.25 and 0.20 m/s, ≤ 5% falls):"]
+    lines += ["", "| seed | tracking error | falls | base height (m) | joint-limit excess (rad) | 0.25 by | 0.20 by |"]
+    lines += ["|---|---:|---:|---:|---:|---:|---:|"]
+    for seed, summary in runs.items():
+        final = summary["final_eval"]
+        firsts = [first_minutes(summary["evaluations"], error) for error in MILESTONES]
+        lines.append(
+            f"| {seed} | {final['tracking_error_lin']:.3f} | {final['fell']:.1%} | "
+            f"{final.get('base_height', math.nan):.3f} | {final.get('joint_limit_excess', math.nan):.3f} | "
+            + " | ".join("not reached" if m is None else f"{m:.0f} min" for m in firsts)
+            + " |"
+        )
+    count = sum(met.values())
+    goal = "met" if count == len(met) else "**missed**"
     lines += [
         "",
-        f"Goal (tracking error ≤ {GOAL_ERROR} m/s and falls ≤ {GOAL_FALLS:.0%} on the mean over seeds, within "
-        f"{GOAL_MINUTES:.0f} minutes): {goal}. First evaluation meeting it: {times}.",
+        f"Goal (every seed tracks within {GOAL_ERROR} m/s with at most {GOAL_FALLS:.0%} falls within "
+        f"{GOAL_MINUTES:.0f} minutes, and still does at its final evaluation): {goal}, {count} of {len(met)} seeds.",
         "",
         f"![tracking error against wall-clock]({stem}.png)",
     ]

@@ -9,7 +9,8 @@ leaves behind its run directory:
     videos/              evaluation episodes as animated GIFs, when video_every_steps is set
     checkpoints/         full-state checkpoints (agent, optimisers, normalisers, env, counters, RNG)
     summary.json         env_steps, wall_time_s, machine, final_eval, evaluations (the learning curve: each evaluation's
-                         metrics, with the training episodes' task metrics of the last log window as rollout_<name>),
+                         metrics, with the training episodes' task metrics of the last log window as rollout_<name>
+                         and the agent's training metrics of that window, such as lr and approx_kl, as train_<name>),
                          and threshold
 
 Under ``torchrun`` every rank runs this loop on its own envs with an identical copy of the agent (see
@@ -234,6 +235,7 @@ class Runner:
         # the training episodes' task metrics of the last window that defined them, for the evaluation rows: what the
         # training environments face (a terrain curriculum's level) can differ from the evaluation's
         self.last_rollout_metrics: dict[str, float] = {}
+        self.last_train_metrics: dict[str, float] = {}  # the agent's of the last log window (lr, KL, policy std, ...)
         self.evaluations: list[dict[str, float]] = []  # the learning curve: one row per evaluation
         self.threshold: dict[str, Any] | None = None
         self.warm_start_note: str | None = None
@@ -314,6 +316,7 @@ class Runner:
         now, steps, iterations = time.perf_counter(), self.env_steps, self.iterations
         elapsed = max(now - window[0], 1e-9)
         values = {f"train/{name}": float(value) for name, value in metrics.items()}  # one host sync per metric
+        self.last_train_metrics = {name.removeprefix("train/"): value for name, value in values.items()}
         values["time/env_steps_per_s"] = (steps - window[1]) / elapsed
         values["time/updates_per_s"] = (iterations - window[2]) / elapsed
         episodes = self.collector.stats.read()
@@ -350,6 +353,7 @@ class Runner:
         for name in self.eval_env.episode_metric_names:
             row[name] = scalars[f"eval/{name}"] = self.last_eval[name]
         row.update({f"rollout_{name}": value for name, value in self.last_rollout_metrics.items()})
+        row.update({f"train_{name}": value for name, value in self.last_train_metrics.items()})
         self.evaluations.append(row)
         logger.scalars(self.env_steps, scalars)
         for metric, target in self._targets():

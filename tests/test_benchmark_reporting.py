@@ -22,6 +22,7 @@ sys.path.insert(0, str(BENCHMARKS))  # the scripts import their shared module as
 
 import common  # noqa: E402
 import dmc_learning  # noqa: E402
+import legged_training  # noqa: E402
 import mujoco_suite  # noqa: E402
 import offpolicy  # noqa: E402
 import onpolicy_variants  # noqa: E402
@@ -331,7 +332,8 @@ def test_offpolicy_random_play_on_the_quadruped_is_scored_by_the_tracking_error(
     # N(0, 1) actions: an untrained Gaussian policy's, on the task as PPO's settings make it
     error = offpolicy.fixed_play_scores("QuadrupedVelocity-Flat-v0", "random", [0])[0]
     settings = common.shipped_settings("ppo", "QuadrupedVelocity-Flat-v0")
-    expected = common.fixed_policy_evaluation("QuadrupedVelocity-Flat-v0", "random", 0, 32, settings["env_kwargs"])
+    keywords = settings.get("env_kwargs", {})  # none: the task's defaults are PPO's recipe
+    expected = common.fixed_policy_evaluation("QuadrupedVelocity-Flat-v0", "random", 0, 32, keywords)
     assert error == expected["tracking_error_lin"] and 0.3 < error < 2.0
 
 
@@ -451,3 +453,44 @@ def test_every_dmc_learning_algorithm_ships_settings_for_each_task_at_the_benchm
         assert shipped["total_steps"] * 2 == dmc_learning.DMC_STEPS, (algo, task)
     assert dmc_learning.names(dmc_learning.ALGOS) == "SAC, PPO and FlashSAC"
     assert dmc_learning.names(["flashsac"]) == "FlashSAC"
+
+
+def legged_summary(*evaluations: tuple[float, float, float]) -> dict:
+    """A legged run's summary from its evaluations ``(minute, tracking error, falls)``; the last is the final one."""
+    rows = [
+        {
+            "wall_time_s": 60 * minute,
+            "env_steps": int(minute * 500_000),
+            "tracking_error_lin": error,
+            "fell": falls,
+            "tracking_error_yaw": 0.1,
+            "base_height": 0.3,
+            "joint_limit_excess": 0.0,
+            "actions_beyond_bounds": 0.0,
+        }
+        for minute, error, falls in evaluations
+    ]
+    return {"evaluations": rows, "final_eval": rows[-1], "env_steps": rows[-1]["env_steps"]}
+
+
+def test_legged_training_holds_every_seed_to_the_goal_and_gives_each_seeds_first_minutes(tmp_path):
+    """Every seed must track within 0.20 m/s with at most 5% falls by minute 30 and still at its final evaluation: a
+    seed that got there only with falls, only after 30 minutes, or lost it again misses."""
+    runs = {
+        0: legged_summary((10, 0.40, 0.0), (20, 0.24, 0.0), (30, 0.18, 0.0)),  # 0.25 by 20 min, 0.20 by 30
+        1: legged_summary((10, 0.19, 0.09), (20, 0.19, 0.03), (30, 0.15, 0.0)),  # 0.19 with 9% falls does not count
+        2: legged_summary((10, 0.18, 0.0), (30, 0.30, 0.0)),  # reached, then lost
+    }
+    assert [legged_training.seed_meets_goal(runs[s]) for s in runs] == [True, True, False]
+    assert legged_training.first_minutes(runs[1]["evaluations"], 0.20) == 20
+    assert legged_training.first_minutes(runs[0]["evaluations"], 0.25) == 20
+    baselines = {
+        kind: {"tracking_error_lin": 0.6, "tracking_error_yaw": 0.5, "fell": 0.0} for kind in common.FIXED_PLAYS
+    }
+    args = argparse.Namespace(results_dir=tmp_path, env="QuadrupedVelocity-Flat-v0", minutes=30.0)
+    legged_training.write(runs, baselines, args)
+    report = (tmp_path / "legged_training.md").read_text()
+    assert "| 0 | 0.180 | 0.0% | 0.300 | 0.000 | 20 min | 30 min |" in report
+    assert "| 2 | 0.300 | 0.0% | 0.300 | 0.000 | 10 min | 10 min |" in report
+    assert "and still does at its final evaluation): **missed**, 2 of 3 seeds." in report
+    assert "| standing (zero action) | 0.600 |" in report  # what a policy that learned nothing scores

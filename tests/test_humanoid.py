@@ -160,8 +160,9 @@ def test_humanoid_velocity_flat_is_the_task_on_the_humanoid_with_the_biped_terms
 
     env = rl_suite.make("HumanoidVelocity-Flat-v0", num_envs=4, seed=0, nthread=1)
     assert env.robot.name == "humanoid" and env.action_space.shape == (13,)
-    assert env.observation_space.shape == (48,)  # 3 + 3 + 3 + 3 x 13
-    assert env.critic_observation_space.shape == (48 + 3 + 1 + 2 + 21,)
+    assert env.observation_space.shape == (51,)  # 3 + 3 + 3 + 3 + 3 x 13: the base velocity observed
+    assert env.critic_observation_space.shape == (51 + 3 + 1 + 2 + 21,)
+    assert env.reward_preset == "isaaclab_g1"
     assert env.settings.termination_weight == -200.0 and not env.settings.only_positive_rewards
     entry = env.robot_metadata()
     assert entry["joint_names"][-1] == "waist_yaw_joint" and entry["kp"][3] == 150.0
@@ -177,8 +178,8 @@ def test_humanoid_velocity_flat_is_the_task_on_the_humanoid_with_the_biped_terms
 
 def test_the_humanoid_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
     """As the quadruped's test (tests/test_legged.py), with the biped terms' foot kinematics read from both backends.
-    Over 30 steps from seed 0 the largest errors were 3.0e-6 (observations), 6.4e-6 (critic) and 1.1e-7 (rewards); the
-    tolerances are about 3x those."""
+    Over 30 steps from seed 0 the largest errors were 1.2e-5 (observations, which hold the base's velocity x 2),
+    1.2e-5 (critic) and 1.1e-7 (rewards); the tolerances are about 2-4x those."""
     pytest.importorskip("mujoco_warp")
     from backend_agreement import worst_one_step_differences
 
@@ -188,4 +189,4 @@ def test_the_humanoid_on_mujoco_warp_agrees_with_the_cpu_backend_step_by_step():
     )
     cpu.reset(seed=0)
     worst = worst_one_step_differences(cpu, warp, steps=30)
-    assert worst["obs"] <= 1e-5 and worst["critic_obs"] <= 2e-5 and worst["reward"] <= 4e-7, worst
+    assert worst["obs"] <= 3e-5 and worst["critic_obs"] <= 3e-5 and worst["reward"] <= 4e-7, worst

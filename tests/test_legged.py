@@ -17,6 +17,7 @@ mujoco = pytest.importorskip("mujoco")
 
 import rl_suite  # noqa: E402
 from rl_suite.envs.robots import config as robots  # noqa: E402
+from rl_suite.envs.robots import velocity  # noqa: E402
 from rl_suite.envs.robots.velocity import LeggedVelocityEnv, quat_rotate_inverse, yaw_of  # noqa: E402
 from rl_suite.registry import UntrustedEnvError, trusted_env_spec  # noqa: E402
 
@@ -32,6 +33,7 @@ KIT = dict(  # every piece of the sim-to-real kit that changes the model or the 
 
 
 def make(num_envs=4, seed=0, robot="quadruped", **settings):
+    settings.setdefault("observe_base_lin_vel", False)  # the tests index the blind policy's observation layout
     return LeggedVelocityEnv(num_envs, seed=seed, robot=robot, nthread=1, **settings)
 
 
@@ -218,20 +220,19 @@ def test_observation_and_reward_terms_match_numbers_computed_from_mujocos_state(
         # the reward terms, each weighted and multiplied by the control period
         data.qpos[:], data.qvel[:] = qpos[i], qvel[i]
         torques = env.physics.derived["actuator_force"][i].numpy()
-        terms = {
-            "tracking_lin_vel": 1.0 * math.exp(-np.sum((command[:2] - lin_vel[:2]) ** 2) / 0.25),
-            "tracking_ang_vel": 0.5 * math.exp(-((command[2] - ang_vel[2]) ** 2) / 0.25),
+        terms = {  # the default weights: Isaac Lab's Go1 (tracking 1.5 and 0.75, orientation -2.5, torques -2e-4)
+            "tracking_lin_vel": 1.5 * math.exp(-np.sum((command[:2] - lin_vel[:2]) ** 2) / 0.25),
+            "tracking_ang_vel": 0.75 * math.exp(-((command[2] - ang_vel[2]) ** 2) / 0.25),
             "lin_vel_z": -2.0 * lin_vel[2] ** 2,
             "ang_vel_xy": -0.05 * np.sum(ang_vel[:2] ** 2),
-            "orientation": -1.0 * np.sum(gravity[:2] ** 2),
-            "torques": -1e-5 * np.sum(torques**2),
+            "orientation": -2.5 * np.sum(gravity[:2] ** 2),
+            "torques": -2e-4 * np.sum(torques**2),
             "dof_acc": -2.5e-7 * np.sum(((joint_vel - before[i].numpy()) / dt) ** 2),
             "action_rate": -0.01 * np.sum((actions[i].numpy() - last[i].numpy()) ** 2),
         }
         # dof_pos_limits, feet_air_time and collision are zero here: joints within range, no touch-down after
-        # flight, no thigh or calf contact
-        # only_positive_rewards: the step's total is clipped at zero from below
-        assert reward[i].item() == pytest.approx(max(sum(terms.values()) * dt, 0.0), rel=1e-4, abs=1e-6)
+        # flight, no thigh or calf contact; the total is not clipped at zero
+        assert reward[i].item() == pytest.approx(sum(terms.values()) * dt, rel=1e-4, abs=1e-6)
 
 
 def test_the_policy_sees_the_base_velocity_first_only_when_asked_and_the_critic_always():
@@ -382,7 +383,7 @@ def test_the_registered_ids_take_the_task_settings_from_a_file_but_not_another_r
     with pytest.raises(UntrustedEnvError, match="'robot' is not a keyword argument of QuadrupedVelocity-Flat-v0"):
         trusted_env_spec("QuadrupedVelocity-Flat-v0", {"robot": "ant"}, "a run")
     with rl_suite.make("AntVelocity-Flat-v0", num_envs=2) as env:
-        assert env.robot.name == "ant" and env.observation_space.shape == (33,)
+        assert env.robot.name == "ant" and env.observation_space.shape == (36,)  # the base velocity observed
 
 
 def test_bad_robot_configs_and_settings_get_errors_that_name_the_problem(tmp_path):
@@ -475,6 +476,7 @@ def test_an_exported_legged_policy_returns_joint_offsets_and_carries_the_robot_e
     assert entry["physics_dt"] == 0.005 and entry["kp"] == [40.0] * 8 and entry["mjcf"] == "gymnasium/ant.xml"
     assert robots.mjcf_path(entry["mjcf"]).is_file()
     assert [(t["name"], t["size"]) for t in entry["observation"]] == [
+        ("base_lin_vel", 3),
         ("base_ang_vel", 3),
         ("projected_gravity", 3),
         ("command", 3),
@@ -482,12 +484,14 @@ def test_an_exported_legged_policy_returns_joint_offsets_and_carries_the_robot_e
         ("joint_vel", 8),
         ("last_action", 8),
     ]
-    assert entry["observation"][2]["scale"] == [2.0, 2.0, 0.25]
+    assert entry["observation"][3]["scale"] == [2.0, 2.0, 0.25]
+    np.testing.assert_allclose(entry["action_low"], env.action_space.low, rtol=1e-6)  # the joint ranges, action units
+    np.testing.assert_allclose(entry["action_high"], env.action_space.high, rtol=1e-6)
     assert report.metadata["output"]["name"] == "joint_pos_offset"
     obs = env.reset().numpy()
     with torch.no_grad():
         actions, _ = agent.act(torch.as_tensor(obs), deterministic=True)
-    np.testing.assert_allclose(policy(obs), 0.5 * actions.clamp(-100, 100).numpy(), atol=1e-5)
+    np.testing.assert_allclose(policy(obs), 0.5 * actions.numpy(), atol=1e-5)  # offsets: actions x action_scale
     # and watched: `rl-suite play FILE` runs it on a plain MuJoCo robot built from the file alone
     from rl_suite.cli import main
     from rl_suite.envs.robots.deploy import play
@@ -613,3 +617,193 @@ def test_the_shipped_quadruped_policy_walks_from_rest_where_standing_scores_the_
 
 
 TRACKING_FROM_REST = 0.25  # seeds 0 and 1 of legged_training: 0.08-0.11 m/s on these commands, standing 0.5
+
+
+# -- the default reward, the action bounds and the diagnostics (the "every seed walks" issue) ---------------------
+
+
+def forward_at_half_a_metre(**settings) -> LeggedVelocityEnv:
+    """A quadruped commanded 0.5 m/s forward, whatever it draws, with the reward's defaults unless overridden."""
+    fixed = dict(standing_probability=0.0, lin_vel_x_range=(0.5, 0.5), lin_vel_y_range=(0.0, 0.0), episode_length_s=3.0)
+    return LeggedVelocityEnv(1, seed=0, nthread=1, ang_vel_yaw_range=(0.0, 0.0), **fixed, **settings)
+
+
+def mean_reward(env: LeggedVelocityEnv, policy, steps: int = 150, settle: int = 50) -> tuple[float, dict]:
+    """The per-step reward after ``settle`` steps, and the metrics of the episode, which the time limit (3 s) ends on
+    the last step."""
+    obs, rewards = env.reset(), []
+    for step in range(steps):
+        obs, reward, terminated, _, info = env.step(policy(obs, env))
+        assert not terminated.any()
+        rewards.append(float(reward)) if step >= settle else None
+    return float(np.mean(rewards)), {name: float(value) for name, value in info["episode_metrics"].items()}
+
+
+def sprawl(obs, env):
+    """The limb sprawl of the unlucky seeds: hips splayed outward onto their limits, calves stretched onto theirs."""
+    low, high = env.action_space.low, env.action_space.high
+    action = np.zeros(12, dtype=np.float32)
+    for leg, outward in enumerate((low, high, low, high)):  # FR, FL, RR, RL: right legs out at the low bound
+        action[3 * leg] = outward[3 * leg]
+        action[3 * leg + 2] = high[3 * leg + 2]
+    return torch.from_numpy(action)[None]
+
+
+def test_the_default_reward_ranks_walking_above_standing_above_a_sprawl_on_the_joint_limits():
+    """On the same command (0.5 m/s forward): zero action (the default pose held), the sprawl, and the shipped policy
+    walking. The joint-limit penalty (-1, the default) is what the sprawl pays and standing does not; the settled
+    sprawl also sits low, which the diagnostics report."""
+    pytest.importorskip("onnxruntime")
+    from rl_suite.deploy.runtime import load_policy
+    from rl_suite.envs.robots.deploy import SHIPPED_POLICIES
+
+    walker = load_policy(SHIPPED_POLICIES / "quadruped_flat.onnx", robot=True)  # observes what the defaults give
+    scale = torch.as_tensor(robots.QUADRUPED.per_joint("action_scale"), dtype=torch.float32)
+
+    def walk(obs, env):
+        return torch.as_tensor(walker(obs.numpy())) / scale  # the file returns offsets (rad); the task takes actions
+
+    standing, standing_metrics = mean_reward(forward_at_half_a_metre(), lambda obs, env: torch.zeros(1, 12))
+    sprawled, sprawl_metrics = mean_reward(forward_at_half_a_metre(), sprawl)
+    walking, _ = mean_reward(forward_at_half_a_metre(), walk)
+    assert sprawled < standing < walking, (sprawled, standing, walking)
+    assert standing_metrics["reward_dof_pos_limits"] == 0.0 and sprawl_metrics["reward_dof_pos_limits"] < 0.0
+    assert sprawl_metrics["joint_limit_excess"] > 0.1 and standing_metrics["joint_limit_excess"] == 0.0
+    assert sprawl_metrics["base_height"] < standing_metrics["base_height"] - 0.1
+    # legged_gym's clipped reward on the same states: a sprawl costs nothing below zero, so it cannot rank them
+    clipped, _ = mean_reward(forward_at_half_a_metre(reward_preset="legged_gym"), sprawl)
+    assert clipped >= 0.0
+
+
+def test_the_action_bounds_are_the_joint_ranges_through_the_default_pose_and_the_scale():
+    for name in ("quadruped", "humanoid", "ant"):
+        robot = robots.robot_config(name)
+        env = make(1, robot=robot)
+        low, high = env.bound.joint_range.T
+        default, scale = robot.per_joint("default_joint_pos"), robot.per_joint("action_scale")
+        np.testing.assert_allclose(env.action_space.low, (low - default) / scale, rtol=1e-6)
+        np.testing.assert_allclose(env.action_space.high, (high - default) / scale, rtol=1e-6)
+        assert np.all(env.action_space.low < 0) and np.all(env.action_space.high > 0)
+    # a robot of one's own gets them too; a joint without a range is bounded by clip_actions
+    own = dataclasses.replace(robots.QUADRUPED, name="own", action_scale=0.5)
+    np.testing.assert_allclose(make(1, robot=own).action_space.high, make(1).action_space.high / 2, rtol=1e-6)
+    low, high = velocity.action_bounds(own, np.array([[-np.inf, np.inf]] * 12), clip_actions=100.0)
+    assert np.all(low == -100.0) and np.all(high == 100.0)
+
+
+def test_actions_beyond_the_bounds_are_clipped_to_them_and_counted():
+    env = make(2, episode_length_s=0.04)  # two steps an episode
+    env.reset()
+    high = torch.as_tensor(env.action_space.high)
+    beyond = high.expand(2, 12).clone()
+    beyond[0, :3] += 5.0  # a quarter of robot 0's entries beyond the upper bound
+    env.step(beyond)
+    torch.testing.assert_close(env._last_actions, high.expand(2, 12))  # what acted: the bounds
+    _, _, _, truncated, info = env.step(high.expand(2, 12))
+    assert truncated.all()
+    torch.testing.assert_close(info["episode_metrics"]["actions_beyond_bounds"], torch.tensor([0.125, 0.0]))
+
+
+def test_the_diagnostics_are_per_step_means_over_each_episode():
+    env = make(3, episode_length_s=0.2)  # ten steps an episode
+    env.reset()
+    heights = []
+    for _ in range(env.max_episode_steps):
+        _, _, _, truncated, info = env.step(0.5 * torch.randn(3, 12, generator=torch.Generator().manual_seed(3)))
+        heights.append(env.get_state()[0][:, 2].float() if not truncated.any() else None)
+    heights[-1] = info["final_obs"].new_tensor(env._step_state["height"])  # the last step's, before the reset
+    torch.testing.assert_close(info["episode_metrics"]["base_height"], torch.stack(heights).mean(0), atol=1e-5, rtol=0)
+
+
+def test_termination_is_penalised_after_the_clip_at_zero():
+    """legged_gym adds the termination term after clipping the rest at zero: a fall costs its penalty even when the
+    other terms sum below zero, where a clip over everything would make it free."""
+    env = make(4, max_roll_pitch=0.01, termination_weight=-200.0, only_positive_rewards=True)
+    env.reset()
+    actions = torch.zeros(4, 12)
+    actions[:2] = 3.0
+    for _ in range(3):
+        _, reward, terminated, _, info = env.step(actions)
+        if terminated.any():
+            break
+    assert terminated.any()
+    terms = torch.stack([info["episode_metrics"][f"reward_{t}"] for t in velocity.REWARD_TERMS], dim=1)
+    rest = terms.sum(1) - terms[:, velocity.REWARD_TERMS.index("termination")]
+    expected = rest.clamp_min(0.0) - 200.0 * 0.02
+    assert terminated[:2].all()
+    torch.testing.assert_close(reward[terminated], expected[terminated])
+    assert (reward[terminated] <= -4.0).all()
+
+
+def test_presets_and_weights_that_do_not_exist_are_refused_by_name():
+    with pytest.raises(
+        ValueError, match=r"reward_preset 'isaac' does not exist; the presets are \['suite', 'legged_gym'"
+    ):
+        make(1, reward_preset="isaac")
+    with pytest.raises(TypeError, match=r"reward weights of terms that do not exist: \['feet_height_weight'\]"):
+        make(1, feet_height_weight=-1.0)
+    tucked = dataclasses.replace(robots.QUADRUPED, default_joint_pos=(0.0, 0.8, -3.0) * 4)
+    with pytest.raises(ValueError, match=r"exclude the default pose of FR_calf_joint \(-3 rad, range \[-2.8"):
+        make(1, robot=tucked)
+    legged_gym = make(1, reward_preset="legged_gym")
+    assert legged_gym.settings.only_positive_rewards and legged_gym.settings.dof_pos_limits_weight == -10.0
+    assert make(1, reward_preset="legged_gym", dof_pos_limits_weight=-1.0).settings.dof_pos_limits_weight == -1.0
+
+
+def test_a_legged_run_reports_its_diagnostics_in_tensorboard_and_summary_json(tmp_path):
+    """A sprawl must show within minutes: the task's diagnostics (evaluation and training episodes) and PPO's policy
+    std, learning rate and KL reach TensorBoard and every evaluation row of summary.json."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from rl_suite.agents import PPO
+    from rl_suite.runner import RunConfig, Runner
+
+    settings = dict(episode_length_s=0.1, nthread=1)
+    env = rl_suite.make("QuadrupedVelocity-Flat-v0", num_envs=4, seed=0, **settings)
+    agent = PPO.for_env(env, PPO.Config(n_steps=5, epochs=1, minibatches=1, adaptive_kl=0.01, action_bounds="clip"))
+    config = RunConfig(
+        algo="ppo",
+        env_id="QuadrupedVelocity-Flat-v0",
+        total_steps=80,
+        eval_every_steps=40,
+        eval_episodes=2,
+        log_every_steps=20,
+        progress=False,
+        env_kwargs=settings,
+    )
+    Runner(agent, env, config, run_dir=tmp_path / "run").run()
+    rows = json.loads((tmp_path / "run" / "summary.json").read_text())["evaluations"]
+    assert len(rows) == 2
+    for row in rows:
+        for name in velocity.DIAGNOSTICS:
+            assert math.isfinite(row[name]) and math.isfinite(row[f"rollout_{name}"])
+        assert 0.2 < row["base_height"] < 0.4 and row["train_lr"] > 0 and row["train_approx_kl"] >= 0
+        assert row["train_action_std"] == pytest.approx(1.0, abs=0.05)  # exp(init_log_std = 0), barely trained
+    events = EventAccumulator(str(tmp_path / "run"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    for name in velocity.DIAGNOSTICS:
+        assert {f"eval/{name}", f"rollout/{name}"} <= tags
+    assert {"train/action_std", "train/lr", "train/approx_kl"} <= tags
+
+
+def test_a_reset_mid_episode_starts_the_episode_metrics_afresh():
+    """An evaluation env is reset while its later episodes run: their partial sums must not leak into the next
+    evaluation's episodes (the yaw error, the reward sums and the diagnostics divide by the new episode's length)."""
+
+    def metrics(env):
+        for _ in range(env.max_episode_steps):
+            *_, truncated, info = env.step(0.3 * torch.ones(2, 12))
+        assert truncated.all()
+        return {name: value.clone() for name, value in info["episode_metrics"].items()}
+
+    used, fresh = make(2, episode_length_s=0.2), make(2, episode_length_s=0.2)
+    used.reset(seed=1)
+    for _ in range(7):
+        used.step(torch.ones(2, 12))  # an unfinished episode
+    used.reset(seed=5), fresh.reset(seed=5)
+    got, expected = metrics(used), metrics(fresh)
+    for name in expected:
+        torch.testing.assert_close(got[name], expected[name], equal_nan=True, msg=name)

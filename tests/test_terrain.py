@@ -202,7 +202,7 @@ def test_the_height_scan_reads_the_ground_mujoco_collides_with_turned_with_the_b
     obs = env.reset(seed=4)
     for _ in range(10):
         obs, *_ = env.step(0.3 * torch.randn(4, 12, generator=torch.Generator().manual_seed(0)))
-    assert env.observation_space.shape == (45 + 187,) and env.critic_observation_space.shape == (45 + 187 + 28,)
+    assert env.observation_space.shape == (48 + 187,) and env.critic_observation_space.shape == (48 + 187 + 28,)
     state = env._read_state()
     from rl_suite.envs.robots.terrain import HEIGHT_SCAN_X, HEIGHT_SCAN_Y
 
@@ -224,7 +224,7 @@ def test_the_critic_sees_the_scan_last_so_flat_ground_inputs_come_first():
     (obs, *_, info), (blind_obs, *_, blind_info) = perceptive.step(actions), blind.step(actions)
     critic, blind_critic = info["critic_obs"], blind_info["critic_obs"]
     torch.testing.assert_close(critic, blind_critic)  # the same privileged view, whatever the policy sees
-    torch.testing.assert_close(critic[:, :45], blind_obs)  # the policy's terms (flat ground's) first
+    torch.testing.assert_close(critic[:, :48], blind_obs)  # the policy's terms (flat ground's) first
     torch.testing.assert_close(critic[:, -187:], obs[:, -187:])  # the scan last
     from rl_suite.envs.robots.velocity import LeggedVelocityEnv
 
@@ -264,9 +264,10 @@ def test_the_rough_id_trains_the_perceptive_policy_with_its_shipped_settings():
     from rl_suite.settings import tuned_settings
 
     kwargs = tuned_settings(load_algorithm("ppo"), "QuadrupedVelocity-Rough-v0")["env_kwargs"]
-    assert kwargs["observe_height_scan"] and kwargs["observe_base_lin_vel"]
+    assert kwargs["observe_height_scan"]
     with rl_suite.make("QuadrupedVelocity-Rough-v0", num_envs=2, **kwargs) as env:
         assert env.terrain is not None and env.terrain.settings == TerrainSettings()
+        assert env.settings.observe_base_lin_vel  # the task's default
         assert env.observation_space.shape == (48 + 187,)
 
 

@@ -9,8 +9,11 @@ every ``resampling_time_s`` and at reset (with probability ``standing_probabilit
 learns to stand still; in heading mode the yaw rate follows a commanded heading). The policy acts at 50 Hz on a
 200 Hz simulation (decimation 4): an action is a vector of joint position offsets, and joint ``j``'s target is
 ``default_joint_pos[j] + action_scale[j] * action[j]``, tracked by PD with torque limits at every physics step
-(MuJoCo's position actuators, which ``config.build_model`` adds). Actions are clipped to ``[-clip_actions,
-clip_actions]``; the action space is unbounded, as rsl_rl's is, so a Gaussian policy's output is the offset itself.
+(MuJoCo's position actuators, which ``config.build_model`` adds). The action space is a finite ``Box`` per joint: each
+joint's range mapped through the default pose and the action scale, ``(range - default_joint_pos) / action_scale``
+(``action_bounds``; ``[-clip_actions, clip_actions]`` where a joint has no range), so that no action asks for a target
+beyond a joint's range; actions are clipped to it. Zero is the default pose: a Gaussian policy's output is the offset
+itself (``action_bounds: clip`` in the on-policy agents' settings), a squashing policy spans the bounds.
 
 Observation (the policy's), in this order, each term multiplied by its scale (legged_gym's ``obs_scales``); the
 same list, with sizes, is ``observation_terms`` and goes into exported metadata:
@@ -34,8 +37,11 @@ height scan (187, x 5), which the critic always sees, last: a flat-ground critic
 rough-terrain one's, as a flat-ground policy's are of a perceptive one's (``RunConfig.init_from``).
 
 Reward: the weighted sum of the terms below, each weight a keyword (``<term>_weight``) and each term multiplied by
-the control period, as legged_gym multiplies its scales by dt, clipped at zero from below (``only_positive_rewards``,
-legged_gym's default). Per-term episode sums are reported in
+the control period, as legged_gym multiplies its scales by dt. The defaults (``reward_preset="suite"``) are the recipe
+that learns here: Isaac Lab's Go1 flat-ground weights, not clipped, with a joint-limit penalty of -1.
+``reward_preset="legged_gym"`` gives legged_gym's A1/Go1 set (``LEGGED_GYM_REWARDS``: clipped at zero from below,
+``only_positive_rewards``, with the termination term added after the clip), and ``"isaaclab_g1"`` the humanoid's
+(``HUMANOID_SETTINGS``); keywords override a preset. Per-term episode sums are reported in
 ``info["episode_metrics"]`` as ``reward_<term>``, and reach TensorBoard through the runner.
 
     tracking_lin_vel    exp(-|cmd_xy - v_xy|^2 / tracking_sigma)      body-frame planar velocity
@@ -63,6 +69,11 @@ The biped terms (weight 0 by default; ``HumanoidVelocity-Flat-v0`` sets them), f
     joint_deviation     sum of |q - q_default| over joint_deviation_joints (Isaac Lab's joint_deviation_l1: hip yaw
                         and roll, waist, where a biped drifts without a cost)
 
+Shaping terms from mjlab's velocity task (weight 0 by default), positive rewards that keep a posture:
+
+    posture             exp(-mean over joints of (q - q_default)^2 / posture_std^2)
+    upright             exp(-|g_xy|^2 / 0.2)                         projected gravity near vertical
+
 Upright posture is the ``orientation`` term on the base (the pelvis), as Isaac Lab's ``flat_orientation_l2``.
 
 Termination: a contact of more than 1 N on a ``termination_contacts`` body (the trunk), or roll or pitch beyond
@@ -72,7 +83,9 @@ Termination: a contact of more than 1 N on a ``termination_contacts`` body (the 
 Episode metrics (``info["episode_metrics"]``, ``[N]`` tensors valid where ``info["done"]``): ``tracking_error_lin``,
 the RMS of |cmd_xy - v_xy| (m/s) over the episode's steps whose command speed is at most ``metric_max_speed`` (NaN
 for an episode with no such step; averages skip it); ``tracking_error_yaw``, the RMS yaw-rate error (rad/s);
-``fell``, 1 for an episode that terminated; and the per-term reward sums.
+``fell``, 1 for an episode that terminated; the diagnostics of a failing gait (``DIAGNOSTICS``, per-step means:
+``base_height`` above the ground, ``joint_limit_excess`` beyond the soft limits, ``actions_beyond_bounds``); and the
+per-term reward sums.
 
 The sim-to-real kit, every piece off by default and switched on by its keyword, drawn per environment at each reset
 from the environment's own random stream (so seeded, independent of ``num_envs`` and resumable from a checkpoint):
@@ -139,7 +152,16 @@ REWARD_TERMS = (
     "feet_slip",
     "feet_clearance",
     "joint_deviation",
+    "posture",
+    "upright",
 )
+
+_TERMINATION, _JOINT_LIMITS = REWARD_TERMS.index("termination"), REWARD_TERMS.index("dof_pos_limits")
+DIAGNOSTICS = ("base_height", "joint_limit_excess", "actions_beyond_bounds")
+"""Episode metrics that show a failing gait early, each a per-step mean over the episode: the base's height above the
+ground (m), the summed excess of the joints beyond their soft limits (rad; the ``dof_pos_limits`` term), and the
+fraction of the policy's action entries beyond the action bounds (before clipping). A policy that sprawls onto its
+joint limits shows a low base, a growing excess and actions beyond the bounds within minutes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -153,7 +175,7 @@ class VelocitySettings:
     episode_length_s: float = 20.0
     """Episodes are truncated after this long (s)."""
     clip_actions: float = 100.0
-    """Actions are clipped to [-clip_actions, clip_actions] before scaling."""
+    """The action bounds of a joint without a range (and the widest of any joint's): [-clip_actions, clip_actions]."""
 
     lin_vel_x_range: tuple[float, float] = (-1.0, 1.0)
     """Commanded forward velocity range (m/s)."""
@@ -181,22 +203,29 @@ class VelocitySettings:
     """Width of the tracking rewards' exponential kernels ((m/s)^2, (rad/s)^2)."""
     feet_air_time_target: float = 0.5
     """The air time (s) above which a touch-down is rewarded."""
-    tracking_lin_vel_weight: float = 1.0
-    tracking_ang_vel_weight: float = 0.5
+    tracking_lin_vel_weight: float = 1.5
+    """Isaac Lab's Go1 (``UnitreeGo1RoughEnvCfg``); legged_gym: 1."""
+    tracking_ang_vel_weight: float = 0.75
+    """Isaac Lab's Go1; legged_gym: 0.5."""
     lin_vel_z_weight: float = -2.0
     ang_vel_xy_weight: float = -0.05
-    orientation_weight: float = -1.0
-    """legged_gym's base config has 0 here; its flat-ground ANYmal config uses -5."""
-    torques_weight: float = -1e-5
+    orientation_weight: float = -2.5
+    """Isaac Lab's Go1 flat config (``flat_orientation_l2``); legged_gym's base config has 0, its A1 and Go1 configs
+    -1 (the ``legged_gym`` preset)."""
+    torques_weight: float = -2e-4
+    """Isaac Lab's Go1; legged_gym: -1e-5."""
     dof_acc_weight: float = -2.5e-7
     action_rate_weight: float = -0.01
-    dof_pos_limits_weight: float = -10.0
-    """legged_gym's A1 and Go1 configs' value (its base config has 0)."""
-    feet_air_time_weight: float = 1.0
-    collision_weight: float = -1.0
+    dof_pos_limits_weight: float = -1.0
+    """MuJoCo Playground's Go1 joystick and mjlab's velocity task use -1 (legged_gym's A1 and Go1: -10; Isaac Lab's
+    Go1: 0). Without it, some seeds sprawl onto the joint limits, where exploration noise costs nothing."""
+    feet_air_time_weight: float = 0.25
+    """Isaac Lab's Go1; legged_gym: 1."""
+    collision_weight: float = 0.0
+    """Thigh and calf contacts; Isaac Lab's Go1 drops the term, legged_gym weighs it -1."""
     termination_weight: float = 0.0
-    """A penalty for ending the episode by falling (legged_gym's ``termination`` term, 0 in its base config): with the
-    reward not clipped at zero, it keeps falling from paying."""
+    """A penalty for ending the episode by falling (legged_gym's ``termination`` term, 0 in its base config). It is
+    added after the clip at zero (``only_positive_rewards``), as legged_gym adds it, so that the clip cannot hide it."""
     feet_air_time_biped_weight: float = 0.0
     """Isaac Lab's biped gait term (``feet_air_time_positive_biped``; its G1 flat config: 0.75)."""
     feet_air_time_biped_threshold: float = 0.4
@@ -214,13 +243,22 @@ class VelocitySettings:
     yaw, hip roll and torso joints: -0.1)."""
     joint_deviation_joints: tuple[str, ...] = ()
     """The joints ``joint_deviation`` counts (names of the robot's ``joints``)."""
-    only_positive_rewards: bool = True
-    """Clip each step's total reward at zero from below, as legged_gym does by default, so that early on the
-    penalties do not teach the robot to end its episodes (the per-term sums keep the unclipped terms)."""
+    posture_weight: float = 0.0
+    """A reward for holding the joints near the default pose (mjlab's ``pose`` term, weight 1 there): it keeps a policy
+    off postures that exploration finds cheap, such as a sprawl on the joint limits or stiff, straight legs."""
+    posture_std: float = 0.5
+    """The posture kernel's width (rad): mjlab's Go1 uses 0.3 (hips and thighs) and 0.6 (calves) while walking."""
+    upright_weight: float = 0.0
+    """A reward for a level base (mjlab's ``upright`` term, weight 1 there), a gain where ``orientation`` is a cost."""
+    only_positive_rewards: bool = False
+    """Clip each step's total reward (all terms but ``termination``) at zero from below, as legged_gym does by default
+    (the ``legged_gym`` preset), so that early on the penalties do not teach the robot to end its episodes (the
+    per-term sums keep the unclipped terms). Isaac Lab does not clip."""
 
-    observe_base_lin_vel: bool = False
+    observe_base_lin_vel: bool = True
     """Give the policy the base's linear velocity (first in its observation), as legged_gym and Isaac Lab do. Off, the
-    policy is blind to it (the critic always sees it), so a robot needs no velocity estimator to run it."""
+    policy is blind to it (the critic always sees it), so a robot needs no velocity estimator to run it; blind
+    policies have not learned to walk here yet."""
 
     terrain: dict | None = None
     """Rough terrain: a dict of ``terrain.TerrainSettings`` fields (``{}`` for legged_gym's layout), or ``None`` for
@@ -309,6 +347,8 @@ class VelocitySettings:
             raise ValueError(
                 f"feet_air_time_biped_threshold must be positive (s), got {self.feet_air_time_biped_threshold!r}"
             )
+        if not self.posture_std > 0:
+            raise ValueError(f"posture_std must be positive (rad), got {self.posture_std!r}")
         if not math.isfinite(self.feet_clearance_target):
             raise ValueError(f"feet_clearance_target must be a finite height (m), got {self.feet_clearance_target!r}")
         if not self.fall_grace_s >= 0:
@@ -404,6 +444,31 @@ def single_stance_time(
     return torch.where(single_stance, in_mode.amin(1), 0.0).clamp(max=cap)
 
 
+def action_bounds(robot: RobotConfig, joint_range: np.ndarray, clip_actions: float) -> tuple[np.ndarray, np.ndarray]:
+    """The action ``Box``'s bounds ``(low [J], high [J])``, float32, in action units: each joint's range mapped through
+    the default pose and the action scale, ``(range - default_joint_pos) / action_scale``, so that no action asks
+    for a target beyond a joint's range; ``[-clip_actions, clip_actions]`` where a joint has no range (and where that
+    is narrower). Raises where the default pose lies outside a joint's range."""
+    default, scale = robot.per_joint("default_joint_pos"), robot.per_joint("action_scale")
+    if np.any(scale <= 0):
+        raise ValueError(f"robot {robot.name!r}: action_scale must be above 0, got {scale.tolist()}")
+    low, high = np.asarray(joint_range, dtype=np.float64).T
+    outside = [
+        f"{name} ({pose:g} rad, range [{lo:g}, {hi:g}])"
+        for name, pose, lo, hi in zip(robot.joints, default, low, high, strict=True)
+        if not lo <= pose <= hi
+    ]
+    if outside:
+        raise ValueError(
+            f"robot {robot.name!r}: the joint ranges exclude the default pose of {', '.join(outside)}; "
+            "default_joint_pos must lie within each joint's range"
+        )
+    with np.errstate(invalid="ignore"):  # an unlimited joint's inf - default stays inf
+        low, high = (low - default) / scale, (high - default) / scale
+    low, high = np.maximum(low, -clip_actions), np.minimum(high, clip_actions)
+    return low.astype(np.float32), high.astype(np.float32)
+
+
 class LeggedVelocityEnv(VecEnv):
     """``num_envs`` copies of the velocity-tracking task for ``robot`` (a built-in robot's name, a dict of
     ``RobotConfig`` fields, or a ``RobotConfig``). See the module docstring; ``settings`` are ``VelocitySettings``.
@@ -425,19 +490,30 @@ class LeggedVelocityEnv(VecEnv):
         physics_options: dict | None = None,
         check_values: bool | None = None,
         masked_resets: bool | None = None,
+        reward_preset: str = "suite",
         **settings,
     ):
+        if reward_preset not in REWARD_PRESETS:
+            raise ValueError(f"reward_preset {reward_preset!r} does not exist; the presets are {list(REWARD_PRESETS)}")
         fields = {f.name for f in dataclasses.fields(VelocitySettings)}
         unknown = sorted(set(settings) - fields)
+        weights = [name for name in unknown if name.endswith("_weight")]
+        if weights:
+            raise TypeError(
+                f"LeggedVelocityEnv got reward weights of terms that do not exist: {weights}; the reward terms are "
+                f"{list(REWARD_TERMS)} (each weighted by <term>_weight)"
+            )
         if unknown:
             raise TypeError(f"LeggedVelocityEnv got unknown settings {unknown}; it takes {sorted(fields)}")
-        self.settings = s = VelocitySettings(**settings)
+        self.reward_preset = reward_preset
+        self.settings = s = VelocitySettings(**{**REWARD_PRESETS[reward_preset], **settings})
         self.robot = robot = robot_config(robot)
         terrain_settings = s.terrain_settings()
         self.terrain = Terrain(terrain_settings) if terrain_settings is not None else None
         self.model = model = build_model(robot, s.physics_dt, terrain=self.terrain)
         self.bound = bound = bind(robot, model)
         self.dt = s.physics_dt * s.decimation
+        action_low, action_high = action_bounds(robot, bound.joint_range, s.clip_actions)
         joints, feet = len(robot.joints), len(robot.feet)
         self.observation_terms = [("base_lin_vel", 3)] if s.observe_base_lin_vel else []
         self.observation_terms += [
@@ -454,7 +530,7 @@ class LeggedVelocityEnv(VecEnv):
             num_envs,
             device,
             observation_space=gym.spaces.Box(-np.inf, np.inf, (obs_size,), np.float32),
-            action_space=gym.spaces.Box(-np.inf, np.inf, (joints,), np.float32),
+            action_space=gym.spaces.Box(action_low, action_high, (joints,), np.float32),
             max_episode_steps=max(1, round(s.episode_length_s / self.dt)),
             seed=seed,
             check_values=check_values,
@@ -502,7 +578,7 @@ class LeggedVelocityEnv(VecEnv):
     def accepted_keywords(cls, **registered) -> list[str]:
         """The keywords ``make`` passes on (for ``rl_suite.registry.accepted_keywords``): the constructor's and every
         ``VelocitySettings`` field."""
-        names = ["robot", "backend", "nthread", "physics_options", *CONTRACT_OPTIONS]
+        names = ["robot", "backend", "nthread", "physics_options", "reward_preset", *CONTRACT_OPTIONS]
         return names + [f.name for f in dataclasses.fields(VelocitySettings)]
 
     def robot_metadata(self) -> dict:
@@ -530,6 +606,9 @@ class LeggedVelocityEnv(VecEnv):
             "torque_limit": floats(robot.per_joint("torque_limit")),
             "velocity_limit": floats(robot.per_joint("velocity_limit")),
             "clip_actions": float(s.clip_actions),
+            # the action bounds, in action units (offset / action_scale): each joint's range about the default pose
+            "action_low": floats(self.action_space.low),
+            "action_high": floats(self.action_space.high),
             "physics_dt": float(s.physics_dt),
             "decimation": int(s.decimation),
             "control_hz": 1.0 / self.dt,
@@ -578,6 +657,8 @@ class LeggedVelocityEnv(VecEnv):
         self._feet_root = torch.as_tensor(model.body_rootid[bound.feet], device=self.physics.device)
         self._default_pos_sim = self._default_pos.to(**sim)
         self._action_scale = torch.as_tensor(robot.per_joint("action_scale"), **f32)
+        self._action_low = torch.as_tensor(self.action_space.low, **f32)
+        self._action_high = torch.as_tensor(self.action_space.high, **f32)
         low, high = torch.as_tensor(bound.joint_range, **f32).unbind(1)
         middle, half = (low + high) / 2, (high - low) / 2 * robot.soft_joint_limit
         # relative to the default pose, as the observed joint positions are
@@ -609,6 +690,7 @@ class LeggedVelocityEnv(VecEnv):
             "params": torch.zeros(n, len(self.param_names), **f32),
             "term_sums": torch.zeros(n, len(REWARD_TERMS), **f32),
             "error_sums": torch.zeros(n, 3, **f32),  # squared planar error, steps counted for it, squared yaw error
+            "diagnostic_sums": torch.zeros(n, len(DIAGNOSTICS), **f32),  # per-step sums of DIAGNOSTICS' quantities
             # [low, high] x (v_x, v_y, yaw rate): the curriculum widens v_x's
             "command_ranges": torch.tensor(
                 [s.lin_vel_x_range, s.lin_vel_y_range, s.ang_vel_yaw_range], **f32
@@ -628,7 +710,8 @@ class LeggedVelocityEnv(VecEnv):
         self._params[:, 5 : 7 + joints] = 1.0
         self._steps_in_window = 0
         self._weights = torch.tensor([getattr(s, f"{term}_weight") for term in REWARD_TERMS], **f32) * self.dt
-        metric_names = ["tracking_error_lin", "tracking_error_yaw", "fell", *(f"reward_{t}" for t in REWARD_TERMS)]
+        metric_names = ["tracking_error_lin", "tracking_error_yaw", "fell", *DIAGNOSTICS]
+        metric_names += [f"reward_{t}" for t in REWARD_TERMS]
         metric_names += ["terrain_level"] if self.terrain is not None else []
         self._final_metrics = {name: torch.zeros(n, **f32) for name in metric_names}
         self.episode_metric_names = tuple(self._final_metrics)
@@ -656,7 +739,8 @@ class LeggedVelocityEnv(VecEnv):
     def _advance(self, actions):
         s, physics = self.settings, self.physics
         sim = physics.device, physics.dtype
-        actions = actions.clamp(-s.clip_actions, s.clip_actions)
+        beyond = ((actions < self._action_low) | (actions > self._action_high)).float().mean(1)
+        actions = actions.clamp(self._action_low, self._action_high)
         step_number = self._running[1] + 1  # this step's index in its episode, from 1
         if s.push_velocity:
             due = torch.remainder(step_number, self._push_steps) == 0
@@ -712,6 +796,8 @@ class LeggedVelocityEnv(VecEnv):
                 self._terminated.float(),
                 *biped_terms,
                 (joint_pos.abs() * self._deviation_mask).sum(1),
+                torch.exp(-joint_pos.square().mean(1) / s.posture_std**2),
+                torch.exp(-state["gravity"][:, :2].square().sum(1) / 0.2),
             ],
             dim=1,
         )
@@ -719,8 +805,15 @@ class LeggedVelocityEnv(VecEnv):
         self._last_contacts.copy_(contact)
         weighted = terms * self._weights
         self._term_sums += weighted
-        total = weighted.sum(1)
-        self._reward.copy_(total.clamp_min(0.0) if s.only_positive_rewards else total)
+        if s.only_positive_rewards:  # termination after the clip, as legged_gym adds it, so the clip cannot hide it
+            termination = weighted[:, _TERMINATION]
+            self._reward.copy_((weighted.sum(1) - termination).clamp_min(0.0) + termination)
+        else:
+            self._reward.copy_(weighted.sum(1))
+        height = state["height"]
+        if self.terrain is not None:
+            height = height - self.terrain.heights_at(state["position"][:, :2])
+        self._diagnostic_sums += torch.stack([height, terms[:, _JOINT_LIMITS], beyond], dim=1)
         counted = commands[:, :2].norm(dim=1) <= s.metric_max_speed
         self._error_sums += torch.stack([lin_error * counted, counted.float(), yaw_error], dim=1)
         self._last_actions.copy_(actions)
@@ -879,6 +972,11 @@ class LeggedVelocityEnv(VecEnv):
         metrics["tracking_error_lin"].copy_(errors[:, 0].div(errors[:, 1]).sqrt_())
         metrics["tracking_error_yaw"].copy_(errors[:, 2].div(self._final[1].clamp_min(1.0)).sqrt_())
         metrics["fell"].copy_(self._terminated.float() * ended)
+        diagnostics = self._diagnostic_sums * ended[:, None]
+        self._diagnostic_sums -= diagnostics
+        diagnostics /= self._final[1].clamp_min(1.0)[:, None]  # per-step means over the episode
+        for i, name in enumerate(DIAGNOSTICS):
+            metrics[name].copy_(diagnostics[:, i])
         for i, term in enumerate(REWARD_TERMS):
             metrics[f"reward_{term}"].copy_(sums[:, i])
         if self._placement is not None:
@@ -961,7 +1059,9 @@ class LeggedVelocityEnv(VecEnv):
         physics.forward(ids)
         selection.write(self._targets, targets)
         rows = draws.shape[0]  # the selected environments (by index), or all of them (by mask)
-        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts", "contact_time"):
+        # the episode's running sums too: a reset() mid-episode (an evaluation env's next evaluation) starts afresh
+        episode = ("term_sums", "error_sums", "diagnostic_sums")
+        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts", "contact_time", *episode):
             if name not in self._task_state:  # contact_time: only with the biped gait term
                 continue
             state = self._task_state[name]
@@ -1130,13 +1230,34 @@ HUMANOID_SETTINGS = {
     "only_positive_rewards": False,
     "reset_joint_pos_noise": 0.0,  # Isaac Lab's G1 resets its joints to the default pose exactly
 }
-"""``HumanoidVelocity-Flat-v0``'s task settings, over ``VelocitySettings``' defaults."""
+"""``HumanoidVelocity-Flat-v0``'s task settings (its ``isaaclab_g1`` preset), over ``VelocitySettings``' defaults."""
+
+LEGGED_GYM_REWARDS = {
+    "tracking_lin_vel_weight": 1.0,
+    "tracking_ang_vel_weight": 0.5,
+    "orientation_weight": -1.0,
+    "torques_weight": -1e-5,
+    "dof_pos_limits_weight": -10.0,
+    "feet_air_time_weight": 1.0,
+    "collision_weight": -1.0,
+    "only_positive_rewards": True,
+}
+"""legged_gym's reward set for its A1 and Go1 (``LeggedRobotCfg.rewards`` with their configs' scales), where it
+differs from ``VelocitySettings``' defaults: clipped at zero, with a heavy joint-limit penalty and thigh and calf
+contacts penalised. It never learned to walk here in 15-minute probes on 2 CPU cores (agents/hyperparams/ppo.yaml)."""
+
+REWARD_PRESETS = {"suite": {}, "legged_gym": LEGGED_GYM_REWARDS, "isaaclab_g1": HUMANOID_SETTINGS}
+"""The named starting points of the reward (``reward_preset``), each a dict of settings over ``VelocitySettings``'
+defaults; keywords override them. ``suite``, the defaults, is the recipe that learns the quadruped here: Isaac Lab's
+Go1 flat-ground rewards, unclipped, with a joint-limit penalty of -1."""
 
 
 class HumanoidVelocityEnv(LeggedVelocityEnv):
-    """The velocity task on the G1-class humanoid (``config.HUMANOID``) with ``HUMANOID_SETTINGS`` as its defaults:
-    the same task code, the biped reward terms switched on. Every keyword overrides them."""
+    """The velocity task on the G1-class humanoid (``config.HUMANOID``) with the ``isaaclab_g1`` preset
+    (``HUMANOID_SETTINGS``) as its default: the same task code, the biped reward terms switched on. Every keyword
+    overrides them."""
 
     def __init__(self, num_envs: int = 1, device: str | torch.device = "cpu", seed: int | None = None, **kwargs):
         kwargs.setdefault("robot", "humanoid")
-        super().__init__(num_envs, device, seed, **{**HUMANOID_SETTINGS, **kwargs})
+        kwargs.setdefault("reward_preset", "isaaclab_g1")
+        super().__init__(num_envs, device, seed, **kwargs)
