@@ -35,6 +35,8 @@ import common
 import numpy as np
 import torch
 
+from rl_suite.envs.robots.velocity import DIAGNOSTICS
+
 TASKS = {  # env id: (the report's file stem, the exported policies' stem)
     "QuadrupedVelocity-Flat-v0": ("legged_training", "quadruped_flat"),
     "HumanoidVelocity-Flat-v0": ("humanoid_training", "humanoid_flat"),
@@ -43,7 +45,6 @@ EVAL_EPISODES = 32
 GOAL_ERROR, GOAL_FALLS, GOAL_MINUTES = 0.20, 0.05, 30.0
 MILESTONES = (0.25, GOAL_ERROR)  # the tracking errors whose first minute the report gives per seed
 METRICS = ("tracking_error_lin", "tracking_error_yaw", "fell")
-DIAGNOSTICS = ("base_height", "joint_limit_excess", "actions_beyond_bounds")  # velocity.DIAGNOSTICS
 
 
 def first_minutes(evaluations: list[dict], error: float = GOAL_ERROR) -> float | None:

@@ -466,7 +466,8 @@ def test_an_exported_legged_policy_returns_joint_offsets_and_carries_the_robot_e
     from rl_suite.runner import RunConfig, Runner
 
     env = rl_suite.make("AntVelocity-Flat-v0", num_envs=4, seed=0, nthread=1)
-    agent = PPO.for_env(env, PPO.Config(n_steps=4, epochs=1, minibatches=1, critic_observation=True))
+    settings = PPO.Config(n_steps=4, epochs=1, minibatches=1, critic_observation=True, action_bounds="clip")
+    agent = PPO.for_env(env, settings)  # the shipped settings' action bounds: the offset itself, clipped
     config = RunConfig(algo="ppo", env_id="AntVelocity-Flat-v0", total_steps=32, eval_episodes=0, progress=False)
     Runner(agent, env, config, run_dir=tmp_path / "run").run()
     report = export_run(tmp_path / "run", tmp_path / "ant.onnx")

@@ -117,6 +117,18 @@ def test_action_scaler_in_clip_mode_passes_actions_through_within_bounds_and_cli
         ActionScaler(space, "squash")
 
 
+@pytest.mark.parametrize("mode", ActionScaler.MODES)
+def test_the_exported_scale_acts_as_the_action_scaler_in_either_mode(mode):
+    """Exported policies carry a frozen copy of the scaler (rl_suite/deploy/inference.py): it must clip, or scale,
+    as the agent's does, beyond the bounds too."""
+    from rl_suite.deploy.inference import FrozenScale
+
+    space = gym.spaces.Box(np.array([-np.inf, -2.0, -3.0]), np.array([np.inf, 6.0, 1.0]), dtype=np.float32)
+    scaler = ActionScaler(space, mode)
+    actions = torch.tensor([[-9.0, 0.0, 0.5], [0.5, -3.0, -0.7], [2.0, 7.5, 4.0]])
+    torch.testing.assert_close(FrozenScale(scaler)(actions), scaler(actions))
+
+
 def test_ensemble_mlp_equals_its_members_run_separately():
     torch.manual_seed(4)
     ensemble = EnsembleMLP(2, 5, (8, 8), 1)

@@ -70,14 +70,19 @@ class FrozenNorm(nn.Module):
 
 
 class FrozenScale(nn.Module):
-    """``ActionScaler``'s forward: clip to [-1, 1] where the env's bounds are finite, then map to the bounds."""
+    """``ActionScaler``'s forward, in either of its modes: ``scale`` clips to [-1, 1] where the env's bounds are
+    finite, then maps to the bounds; ``clip`` clips the action itself to the bounds."""
 
     def __init__(self, scaler: nn.Module):
         super().__init__()
         for name in ("center", "half_range", "bounded"):
             self.register_buffer(name, getattr(scaler, name).detach().cpu().clone())
+        self.clip = bool(getattr(scaler, "clip", False))
 
     def forward(self, action: torch.Tensor) -> torch.Tensor:
+        if self.clip:
+            low, high = self.center - self.half_range, self.center + self.half_range
+            return torch.where(self.bounded, torch.maximum(torch.minimum(action, high), low), action)
         clipped = torch.where(self.bounded, action.clamp(-1.0, 1.0), action)
         return self.center + self.half_range * clipped
 
