@@ -2,7 +2,8 @@
 arXiv 2604.04539), for continuous actions.
 
 Fast: many parallel environments feed a large replay buffer on the device, and large networks learn from large
-batches with few gradient updates per env step (on a GPU simulator ``utd_ratio`` is far below SAC's 1).
+batches with few gradient updates per env step (on a GPU simulator, 2 per batched step of 1,024 environments:
+``updates_per_env_step``).
 
 Stable: every norm in the networks is bounded, each piece a switch of the config (for ablations):
 
@@ -54,7 +55,7 @@ from torch import nn
 
 from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
-from rl_suite.buffers import ReplayBuffer, running_returns, transition_spec
+from rl_suite.buffers import ReplayBuffer, running_returns, transition_spec, updates_per_step
 from rl_suite.categorical import distributional_target
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussian
@@ -83,8 +84,12 @@ class FlashSACConfig:
     """Env steps (all environments together) of uniformly random actions before learning starts."""
     steps_per_iteration: int = 1
     """Batched env steps collected between rounds of updates."""
-    utd_ratio: float = 1.0
-    """Critic updates per collected transition (with N environments, each batched step brings N transitions)."""
+    updates_per_transition: float = 1.0
+    """Critic updates per collected transition: with N environments each batched step brings N transitions, and so N
+    times this many updates (the authors' CPU regime: 1 with one environment)."""
+    updates_per_env_step: float = 0.0
+    """Above 0, this replaces ``updates_per_transition``: critic updates per batched env step, whatever N (the
+    authors' GPU regime: 2 per step of 1,024 environments)."""
     actor_update_period: int = 2
     """Critic updates per actor and temperature update."""
     actor_width: int = 128
@@ -134,8 +139,11 @@ def check_config(c: FlashSACConfig) -> None:
     problems = []
     if c.batch_size > c.buffer_size:
         problems.append(f"batch_size={c.batch_size} is larger than buffer_size={c.buffer_size}")
-    if not c.utd_ratio > 0:
-        problems.append(f"utd_ratio must be above 0, got {c.utd_ratio}")
+    if not (c.updates_per_transition > 0 and c.updates_per_env_step >= 0):
+        problems.append(
+            f"updates_per_transition must be above 0 and updates_per_env_step at least 0, got "
+            f"{c.updates_per_transition} and {c.updates_per_env_step}"
+        )
     if c.expansion < 1:
         problems.append(f"expansion must be at least 1, got {c.expansion}")
     for name in ("batch_size", "actor_width", "critic_width", "actor_update_period", "noise_repeat_max", "n_step"):
@@ -330,7 +338,7 @@ class FlashSAC(Agent):
         if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
             return {}
         lr = c.lr_final + (c.lr - c.lr_final) * 0.5 * (1 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
-        self.update_credit += c.utd_ratio * buffer.num_envs * c.steps_per_iteration
+        self.update_credit += updates_per_step(c, buffer.num_envs) * c.steps_per_iteration
         updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
         totals, counts = {}, {}
         for _ in range(updates):

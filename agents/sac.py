@@ -3,8 +3,9 @@ seed papers' critics as options: DSAC-T's Gaussian return distributions (``criti
 Q-learning's expectile loss (``expectile``).
 
 Each iteration collects ``steps_per_iteration`` batched steps from N environments into a replay ring buffer (uniform
-random actions during the first ``learning_starts`` env steps), then makes ``utd_ratio`` gradient updates per
-collected transition. Each update, on a minibatch of n-step transitions (s, a, R, s', d) with d = gamma^m (1 - done):
+random actions during the first ``learning_starts`` env steps), then makes ``updates_per_transition`` gradient
+updates per collected transition (or ``updates_per_env_step`` per batched step). Each update, on a minibatch of
+n-step transitions (s, a, R, s', d) with d = gamma^m (1 - done):
 
     critics:  y = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s')),  a' ~ pi(.|s');  minimise sum_j (Q_j(s, a) - y)^2
     actor:    minimise alpha log pi(a|s) - min_j Q_j(s, a),  a ~ pi(.|s) reparameterised through tanh
@@ -38,7 +39,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_suite.agent import Agent
-from rl_suite.buffers import ReplayBuffer, transition_spec
+from rl_suite.buffers import ReplayBuffer, transition_spec, updates_per_step
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
 from rl_suite.optim import (
@@ -73,8 +74,11 @@ class SACConfig:
     """Env steps (all environments together) of uniformly random actions before learning starts."""
     steps_per_iteration: int = 1
     """Batched env steps collected between rounds of updates."""
-    utd_ratio: float = 1.0
-    """Gradient updates per collected transition (with N environments, each batched step brings N transitions)."""
+    updates_per_transition: float = 1.0
+    """Gradient updates per collected transition: with N environments each batched step brings N transitions, and so
+    N times this many updates."""
+    updates_per_env_step: float = 0.0
+    """Above 0, this replaces ``updates_per_transition``: gradient updates per batched env step, whatever N."""
     hidden: tuple[int, ...] = (256, 256)
     """Hidden layer widths of the actor and of each critic."""
     activation: str = "relu"
@@ -115,6 +119,11 @@ class SAC(Agent):
         check_expectile(c.expectile, c.expectile_anneal_steps)
         if c.critic == "dsac" and c.expectile != 0.5:
             raise ValueError("the expectile loss applies to the twin critics' squared error, not to critic='dsac'")
+        if not (c.updates_per_transition > 0 and c.updates_per_env_step >= 0):
+            raise ValueError(
+                f"updates_per_transition must be above 0 and updates_per_env_step at least 0, got "
+                f"{c.updates_per_transition} and {c.updates_per_env_step}"
+            )
         # DSAC's critics output a mean and a raw standard deviation each.
         self.critic = TwinCritic(obs_dim, act_dim, c.hidden, c.activation, atoms=2 if c.critic == "dsac" else 1)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
@@ -182,7 +191,7 @@ class SAC(Agent):
             return {}
         if c.normalize_obs:  # learn the statistics from the newest observations
             self.normalizer.update(buffer.recent("obs", c.steps_per_iteration))
-        self.update_credit += c.utd_ratio * buffer.num_envs * c.steps_per_iteration
+        self.update_credit += updates_per_step(c, buffer.num_envs) * c.steps_per_iteration
         updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
             self.expectile = annealed_expectile(c.expectile, c.expectile_anneal_steps, progress, self.env_steps_seen)

@@ -168,7 +168,7 @@ def overall_sac_verdict(met: int, missed: int, tasks: int, seeds) -> str:
 def settings_line(algo: str, task: str) -> str:
     shipped = common.shipped_settings(algo, env_id(task))
     keys = ("num_envs", "hidden", "actor_width", "critic_width", "actor_blocks", "critic_blocks", "expansion", "lr",
-            "batch_size", "utd_ratio", "n_step", "n_steps", "epochs", "minibatches")  # fmt: skip
+            "batch_size", "updates_per_transition", "n_step", "n_steps", "epochs", "minibatches")  # fmt: skip
     described = ", ".join(f"{key} {shipped[key]}" for key in keys if key in shipped)
     return f"{NAMES[algo]}: {described}, action repeat {action_repeat(shipped)}"
 

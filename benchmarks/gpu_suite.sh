@@ -89,13 +89,13 @@ else
     HUMANOID_S=${HUMANOID_S:-120}
     NUM_ENVS_LEGGED=${NUM_ENVS_LEGGED:-4096}
     LEGGED_BACKEND=warp
-    # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for 256 on a CPU)
+    # rsl_rl's legged_gym networks and minibatches for 4,096 GPU envs (the YAML's are sized for a 2-core CPU)
     LEGGED_SET=${LEGGED_SET:-"hidden=[512,256,128] eval_every_steps=2000000 eval_episodes=64"}
     FLASH_S=${FLASH_S:-120}
     NUM_ENVS_FLASH=${NUM_ENVS_FLASH:-1024}
-    # FlashSAC's GPU-simulator settings from its authors (agents/hyperparams/flashsac.yaml's header): 2 / 1024 updates
-    # per transition is 2 per batched step of 1,024 envs.
-    FLASH_SET=${FLASH_SET:-"batch_size=2048 utd_ratio=0.001953125 n_step=3 buffer_size=10000000 learning_starts=100000 eval_every_steps=2000000 eval_episodes=64"}
+    # FlashSAC's GPU-simulator settings from its authors (agents/hyperparams/flashsac.yaml's header): 2 updates per
+    # batched step of 1,024 envs (updates_per_env_step, whatever NUM_ENVS_FLASH is).
+    FLASH_SET=${FLASH_SET:-"batch_size=2048 updates_per_env_step=2 n_step=3 buffer_size=10000000 learning_starts=100000 eval_every_steps=2000000 eval_episodes=64"}
 fi
 
 # run_step NAME LIMIT_S COMMAND...: run COMMAND under a time limit (cut to what is left of TOTAL_S), its output in

@@ -174,7 +174,7 @@ SAC_MATCHED = {
     "buffer_size": 1_000_000,
     "learning_starts": 100,
     "steps_per_iteration": 1,
-    "utd_ratio": 1.0,
+    "updates_per_transition": 1.0,
     "n_step": 1,
     "gamma": 0.99,
     "tau": 0.005,

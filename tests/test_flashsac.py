@@ -198,7 +198,8 @@ def test_the_reward_scale_on_hand_computed_numbers():
     "settings, message",
     [
         (dict(batch_size=2048, buffer_size=1024), "batch_size=2048 is larger than buffer_size=1024"),
-        (dict(utd_ratio=0.0), "utd_ratio must be above 0"),
+        (dict(updates_per_transition=0.0), "updates_per_transition must be above 0"),
+        (dict(updates_per_env_step=-1.0), "updates_per_env_step at least 0, got 1.0 and -1.0"),
         (dict(expansion=0), "expansion must be at least 1"),
         (dict(v_min=1.0, v_max=1.0), "v_min < v_max"),
     ],
@@ -222,3 +223,17 @@ def test_the_exported_policy_is_the_deterministic_actor_with_its_input_normalisa
     obs = torch.randn(64, 5) * 3 + 1
     expected, _ = agent.act(obs, deterministic=True)
     np.testing.assert_allclose(load_policy(path)(obs.numpy()), expected.numpy(), atol=1e-5, rtol=1e-4)
+
+
+def test_the_update_ratio_counts_per_transition_or_per_batched_step_as_named():
+    """``updates_per_transition`` scales with the environments a batched step brings; ``updates_per_env_step`` does
+    not: FlashSAC's GPU regime is 2 updates per step of 1,024 environments, the CPU regime 1 per transition."""
+    from rl_suite.agents.sac import SACConfig as SAC  # both agents read the same two fields
+    from rl_suite.buffers import updates_per_step
+
+    for config in (FlashSAC.Config(), SAC()):
+        assert updates_per_step(config, 1) == 1.0 and updates_per_step(config, 1024) == 1024.0
+    gpu = FlashSAC.Config(updates_per_env_step=2.0)
+    assert updates_per_step(gpu, 1) == 2.0 and updates_per_step(gpu, 1024) == 2.0
+    half = SAC(updates_per_transition=0.5)
+    assert updates_per_step(half, 1) == 0.5 and updates_per_step(half, 64) == 32.0

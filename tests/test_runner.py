@@ -31,12 +31,12 @@ from rl_suite.rng import seed_everything
 from rl_suite.runner import RunConfig, Runner
 
 TINY_PPO = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16))
-TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)
+TINY_SAC = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, updates_per_transition=0.25)
 # PQL's learners in turn in the runner's thread (concurrent=False): the deterministic form, which resumes exactly.
 TINY_PQL = dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, concurrent=False)
 TINY_FLASH = dict(
     actor_width=16, critic_width=16, actor_blocks=1, critic_blocks=1, atoms=11, batch_size=32, learning_starts=64,
-    buffer_size=4096, utd_ratio=0.25,
+    buffer_size=4096, updates_per_transition=0.25,
 )  # fmt: skip
 TINY_FLOW = dict(n_steps=8, epochs=2, minibatches=2, hidden=(16, 16), scale_rewards=True)
 

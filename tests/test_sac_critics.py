@@ -91,7 +91,7 @@ def run(algo, settings: dict, tmp_path, total_steps=640):
 @pytest.mark.parametrize(
     "algo, settings",
     [
-        (SAC, dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, utd_ratio=0.25)),
+        (SAC, dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, updates_per_transition=0.25)),
         (PQL, dict(hidden=(16, 16), batch_size=32, learning_starts=64, buffer_size=4096, concurrent=False)),
     ],
     ids=["sac", "pql"],
