@@ -134,6 +134,17 @@ class TwinCritic(nn.Module):
         return out.squeeze(-1) if self.atoms == 1 else out
 
 
+def scale_action(
+    action: torch.Tensor, center: torch.Tensor, half_range: torch.Tensor, bounded: torch.Tensor, clip: bool
+) -> torch.Tensor:
+    """``ActionScaler``'s map, shared with the exported policies' frozen copy (``FrozenScale``): with ``clip`` the
+    action itself clipped to ``center +- half_range``, else ``[-1, 1]`` mapped onto it; unbounded dimensions pass."""
+    if clip:
+        clipped = torch.maximum(torch.minimum(action, center + half_range), center - half_range)
+        return torch.where(bounded, clipped, action)
+    return center + half_range * torch.where(bounded, action.clamp(-1.0, 1.0), action)
+
+
 class ActionScaler(nn.Module):
     """Maps policy actions to a ``Box``, and back.
 
@@ -156,11 +167,7 @@ class ActionScaler(nn.Module):
         self.register_buffer("bounded", bounded)
 
     def forward(self, action: torch.Tensor) -> torch.Tensor:
-        if self.clip:
-            low, high = self.center - self.half_range, self.center + self.half_range
-            return torch.where(self.bounded, torch.maximum(torch.minimum(action, high), low), action)
-        clipped = torch.where(self.bounded, action.clamp(-1.0, 1.0), action)
-        return self.center + self.half_range * clipped
+        return scale_action(action, self.center, self.half_range, self.bounded, self.clip)
 
     def unscale(self, env_action: torch.Tensor) -> torch.Tensor:
         if self.clip:

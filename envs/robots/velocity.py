@@ -796,8 +796,8 @@ class LeggedVelocityEnv(VecEnv):
                 self._terminated.float(),
                 *biped_terms,
                 (joint_pos.abs() * self._deviation_mask).sum(1),
-                torch.exp(-joint_pos.square().mean(1) / s.posture_std**2),
-                torch.exp(-state["gravity"][:, :2].square().sum(1) / 0.2),
+                torch.exp(-joint_pos.square().mean(1) / s.posture_std**2) if s.posture_weight else self._no_term,
+                torch.exp(-state["gravity"][:, :2].square().sum(1) / 0.2) if s.upright_weight else self._no_term,
             ],
             dim=1,
         )
@@ -810,10 +810,7 @@ class LeggedVelocityEnv(VecEnv):
             self._reward.copy_((weighted.sum(1) - termination).clamp_min(0.0) + termination)
         else:
             self._reward.copy_(weighted.sum(1))
-        height = state["height"]
-        if self.terrain is not None:
-            height = height - self.terrain.heights_at(state["position"][:, :2])
-        self._diagnostic_sums += torch.stack([height, terms[:, _JOINT_LIMITS], beyond], dim=1)
+        self._diagnostic_sums += torch.stack([state["height"], terms[:, _JOINT_LIMITS], beyond], dim=1)
         counted = commands[:, :2].norm(dim=1) <= s.metric_max_speed
         self._error_sums += torch.stack([lin_error * counted, counted.float(), yaw_error], dim=1)
         self._last_actions.copy_(actions)
@@ -861,9 +858,12 @@ class LeggedVelocityEnv(VecEnv):
         quat = quat / quat.norm(dim=1, keepdim=True)
         forces = rows(physics.derived["cfrc_ext"]).index_select(1, self._contact_bodies)[..., 3:].to(dev, torch.float32)
         gravity = self._gravity if sim_ids is None else self._gravity[: len(sim_ids)]
+        height = qpos[:, 2]
+        if self.terrain is not None:  # above the ground under the base, read once for the reward and the critic
+            height = height - self.terrain.heights_at(qpos[:, :2])
         return {
             "position": qpos[:, :3],
-            "height": qpos[:, 2],
+            "height": height,
             "yaw": yaw_of(quat),
             "lin_vel": quat_rotate_inverse(quat, qvel[:, :3]),
             "ang_vel": qvel[:, 3:6],  # a free joint's angular velocity is in the body frame
@@ -926,8 +926,6 @@ class LeggedVelocityEnv(VecEnv):
         ).mul_(self._obs_scale)
         contact = (state["forces"][:, self._feet_rows, 2] > 1.0).float()
         height = state["height"]
-        if self.terrain is not None:
-            height = height - self.terrain.heights_at(state["position"][:, :2])
         critic = torch.cat(
             [
                 clean[:, : self._proprio_size],
@@ -1059,9 +1057,7 @@ class LeggedVelocityEnv(VecEnv):
         physics.forward(ids)
         selection.write(self._targets, targets)
         rows = draws.shape[0]  # the selected environments (by index), or all of them (by mask)
-        # the episode's running sums too: a reset() mid-episode (an evaluation env's next evaluation) starts afresh
-        episode = ("term_sums", "error_sums", "diagnostic_sums")
-        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts", "contact_time", *episode):
+        for name in ("last_actions", "last_joint_vel", "air_time", "last_contacts", "contact_time"):
             if name not in self._task_state:  # contact_time: only with the biped gait term
                 continue
             state = self._task_state[name]
@@ -1087,6 +1083,10 @@ class LeggedVelocityEnv(VecEnv):
 
     def reset(self, seed: int | None = None) -> torch.Tensor:
         self._starting = True  # the first episodes draw their terrain levels
+        # episodes cut short by reset() (an evaluation env's next evaluation) leave running sums that ending ones
+        # give back in _close_episodes: start every episode's from zero
+        for sums in (self._term_sums, self._error_sums, self._diagnostic_sums):
+            sums.zero_()
         try:
             return super().reset(seed)
         finally:

@@ -21,6 +21,8 @@ import gymnasium as gym
 import torch
 from torch import nn
 
+from rl_suite.networks import scale_action
+
 
 class ExportError(ValueError):
     """An agent that cannot be exported, or an exported file that disagrees with the agent."""
@@ -80,11 +82,7 @@ class FrozenScale(nn.Module):
         self.clip = bool(getattr(scaler, "clip", False))
 
     def forward(self, action: torch.Tensor) -> torch.Tensor:
-        if self.clip:
-            low, high = self.center - self.half_range, self.center + self.half_range
-            return torch.where(self.bounded, torch.maximum(torch.minimum(action, high), low), action)
-        clipped = torch.where(self.bounded, action.clamp(-1.0, 1.0), action)
-        return self.center + self.half_range * clipped
+        return scale_action(action, self.center, self.half_range, self.bounded, self.clip)
 
 
 class InferencePolicy(nn.Module):
