@@ -381,9 +381,10 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
     log.flush()
     def in_the_child() -> None:
         os.sched_setaffinity(0, cores)
-        # Linux's PR_SET_PDEATHSIG (1): if this benchmark dies, even by SIGKILL, its runs get SIGINT, checkpoint and
-        # stop, rather than train on unwatched while a rerun starts them again.
-        ctypes.CDLL(None).prctl(1, signal.SIGINT)
+        # Linux's PR_SET_PDEATHSIG (1): if this benchmark dies, even by SIGKILL, its runs get SIGHUP, checkpoint and
+        # stop, rather than train on unwatched while a rerun starts them again. SIGHUP, not SIGINT: the kernel sends it
+        # once for each of this process's threads as they exit, and only SIGHUP's repeats leave the checkpoint alone.
+        ctypes.CDLL(None).prctl(1, signal.SIGHUP)
 
     try:
         return subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env, preexec_fn=in_the_child,

@@ -29,6 +29,7 @@ import math
 import os
 import pathlib
 import signal
+import sys
 import threading
 import time
 import warnings
@@ -266,7 +267,7 @@ class Runner:
         if self.warm_start_note:
             logger.message(self.warm_start_note)
         stop = distributed.broadcast_flag(self._should_stop(started))
-        interrupt = DeferredInterrupt(logger.message)
+        interrupt = DeferredInterrupt()
         try:
             while not stop and not interrupt.requested:
                 self.collector.collect(self.agent.steps_per_iteration)
@@ -526,26 +527,40 @@ class DeferredInterrupt:
     """Ctrl-C (SIGINT) or a scheduler's SIGTERM during a run of one process, in its main thread: the first one lets
     the iteration finish, a checkpoint is written and the run stops (``KeyboardInterrupt``), so that the checkpoint is
     of a consistent state (an interrupt in the middle of a rollout or an update would leave a half-filled buffer); a
-    second one has its usual effect at once, without a checkpoint. Elsewhere (other threads, torchrun's ranks, which
-    cannot gather a checkpoint at different points) both keep their usual effect."""
+    second one has its usual effect at once, without a checkpoint. SIGHUP (a closed terminal, or the benchmark that
+    launched the run gone: rl_suite/benchmark.py) asks for the same checkpointed stop, and repeats of it change nothing:
+    the kernel sends a run's parent-death signal once for each thread of the dying parent. Elsewhere (other threads,
+    torchrun's ranks, which cannot gather a checkpoint at different points) all keep their usual effect."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
+    REPEATABLE = (signal.SIGHUP,)
 
-    def __init__(self, message):
-        self.requested, self.message, self.previous = False, message, {}
+    def __init__(self):
+        self.requested, self.previous = False, {}
         if distributed.world_size() == 1 and threading.current_thread() is threading.main_thread():
-            self.previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS}
+            self.previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS + self.REPEATABLE}
 
     def _handle(self, signum, frame) -> None:
+        if self.requested and signum in self.REPEATABLE:
+            return
         self.requested = True
-        self.restore()  # a second signal acts at once
-        self.message(
-            f"{signal.Signals(signum).name}: finishing this iteration and writing a checkpoint (again: stop now)"
-        )
+        for number in self.SIGNALS:  # a second Ctrl-C or SIGTERM acts at once
+            signal.signal(number, self._previous(number))
+        # os.write, not print: the handler runs between two bytecodes of the main thread, which may be inside a print
+        # to the same stream (a second entry into its buffer raises RuntimeError and loses the checkpoint).
+        try:
+            os.write(sys.stdout.fileno(), f"\n{signal.Signals(signum).name}: finishing this iteration and writing a "
+                                          "checkpoint (Ctrl-C again: stop now)\n".encode())  # fmt: skip
+        except (OSError, ValueError):  # a closed terminal, or no stream
+            pass
+
+    def _previous(self, number):
+        previous = self.previous.get(number)
+        return signal.SIG_DFL if previous is None else previous
 
     def restore(self) -> None:
-        for number, previous in self.previous.items():
-            signal.signal(number, signal.SIG_DFL if previous is None else previous)
+        for number in self.previous:
+            signal.signal(number, self._previous(number))
         self.previous = {}
 
 

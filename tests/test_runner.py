@@ -161,19 +161,22 @@ def test_resumed_run_ends_bitwise_equal_to_the_straight_run(tmp_path, algo, env_
         (PPO, "CartPole-v1", TINY_PPO, False, "SIGINT"),
         (SAC, "Pendulum-v1", TINY_SAC, True, "SIGINT"),
         (PPO, "CartPole-v1", TINY_PPO, False, "SIGTERM"),
+        (PPO, "CartPole-v1", TINY_PPO, False, "SIGHUP"),
     ],
-    ids=["ppo-in-update", "ppo-in-rollout", "sac-in-update", "ppo-sigterm-in-rollout"],
+    ids=["ppo-in-update", "ppo-in-rollout", "sac-in-update", "ppo-sigterm-in-rollout", "ppo-sighup-repeated"],
 )
 def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitwise_equal(
     tmp_path, algo, env_id, settings, in_update, signal_name
 ):
     """SIGINT (Ctrl-C) or SIGTERM (a scheduler's preemption) in the middle of a rollout or an update: the iteration
     finishes, the checkpoint written then is of a consistent state (not a half-filled buffer), and the run resumed
-    from it ends as the run that never stopped."""
+    from it ends as the run that never stopped. SIGHUP comes three times in a row, as a benchmark's runs get their
+    parent-death signal once for each of its threads: the repeats do not cut the checkpoint short."""
     import signal
 
     # Whatever the handlers were (a shell's `make test &` starts pytest with SIGINT ignored), the runner puts them back.
-    handlers_before = signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)
+    handled = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
+    handlers_before = [signal.getsignal(number) for number in handled]
     config = run_config(env_id=env_id, algo=algo.name, checkpoint_every_steps=10**6)
     agent, env = build(algo, env_id, settings)
     Runner(agent, env, config, run_dir=tmp_path / "straight").run()
@@ -187,14 +190,15 @@ def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitw
     def interrupted(*args, **kwargs):
         calls[0] += 1
         if calls[0] == (7 if in_update else 50):
-            signal.raise_signal(getattr(signal, signal_name))  # as Ctrl-C or kill would, halfway through the call
+            for _ in range(3 if signal_name == "SIGHUP" else 1):
+                signal.raise_signal(getattr(signal, signal_name))  # as Ctrl-C or kill would, halfway through the call
         return original(*args, **kwargs)
 
     setattr(target, name, interrupted)
     with pytest.raises(KeyboardInterrupt):
         Runner(agent, env, config, run_dir=tmp_path / "resumed").run()
     # the runner's handlers are gone
-    assert (signal.getsignal(signal.SIGINT), signal.getsignal(signal.SIGTERM)) == handlers_before
+    assert [signal.getsignal(number) for number in handled] == handlers_before
     (path,) = checkpoints(tmp_path / "resumed")
     cut_at = int(path.stem.removeprefix("step_"))
     assert 0 < cut_at < 640 and not (tmp_path / "resumed" / "summary.json").exists()
