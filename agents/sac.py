@@ -12,6 +12,9 @@ n-step transitions (s, a, R, s', d) with d = gamma^m (1 - done):
     alpha:    minimise -log alpha (log pi(a|s) + H_target)
     targets:  Q'_j <- (1 - tau) Q'_j + tau Q_j
 
+For robots (``critic_observation``), the critics take the env's privileged observation where s stands above (and at
+s'), while the actor keeps the policy's; ``critic_layer_norm`` layer-normalises the critics' hidden layers.
+
 DSAC-T (Duan et al., "DSAC-T: Distributional Soft Actor-Critic with Three Refinements", arXiv 2310.05858; the
 constants from its authors' code, github.com/Jingliang-Duan/DSAC-v2, dsac.py): each critic is a Gaussian return,
 mean Q_j and standard deviation sigma_j = softplus(.). With y_q = R + d (min_j Q'_j(s', a') - alpha log pi(a'|s'))
@@ -90,7 +93,15 @@ class SACConfig:
     target_entropy: float | None = None
     """Entropy target; ``None`` for -dim(A)."""
     normalize_obs: bool = False
-    """Normalise observations with running statistics kept in the policy."""
+    """Normalise observations with running statistics kept in the policy (and the critic's own, with
+    ``critic_observation``)."""
+    critic_observation: bool = False
+    """Asymmetric actor-critic: the critics see the env's privileged observation (``info["critic_obs"]``, stored in
+    the replay buffer beside the policy's) instead of the policy's. Needs an env that offers one
+    (``critic_observation_space``); the exported policy is unchanged."""
+    critic_layer_norm: bool = False
+    """Layer normalisation after each hidden layer of the critics (FastTD3's and DroQ's), for many updates per
+    transition."""
     critic: str = "twin"
     """``"twin"``: SAC's twin Q-values. ``"dsac"``: DSAC-T's twin Gaussian return distributions (this file's
     docstring)."""
@@ -110,9 +121,15 @@ class SAC(Agent):
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config: SACConfig | None = None, device="cpu", **overrides):
+        offered = overrides.pop("critic_observation_space", None)  # Agent.for_env's, for critic_observation
         super().__init__(observation_space, action_space, config, device, **overrides)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
+        self.critic_observation_space = self.privileged_critic_space(offered)
+        self.critic_normalizer = self.normalizer  # the critics' input: the policy's observation, or its own
+        if self.critic_observation_space is not None:
+            shape = self.critic_observation_space.shape
+            self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
         self.actor = TanhGaussianPolicy(obs_dim, act_dim, c.hidden, c.activation)
         if c.critic not in CRITICS:
             raise ValueError(f"critic must be one of {', '.join(map(repr, CRITICS))}, got {c.critic!r}")
@@ -124,8 +141,9 @@ class SAC(Agent):
                 f"updates_per_transition must be above 0 and updates_per_env_step at least 0, got "
                 f"{c.updates_per_transition} and {c.updates_per_env_step}"
             )
-        # DSAC's critics output a mean and a raw standard deviation each.
-        self.critic = TwinCritic(obs_dim, act_dim, c.hidden, c.activation, atoms=2 if c.critic == "dsac" else 1)
+        critic_dim = (self.critic_observation_space or observation_space).shape[0]
+        atoms = 2 if c.critic == "dsac" else 1  # DSAC's critics output a mean and a raw standard deviation each
+        self.critic = TwinCritic(critic_dim, act_dim, c.hidden, c.activation, atoms, c.critic_layer_norm)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.temperature = nn.Module()
         self.temperature.log_alpha = nn.Parameter(torch.tensor(math.log(c.init_alpha)))
@@ -138,6 +156,8 @@ class SAC(Agent):
             "temperature": self.temperature,
             "scaler": self.scaler,
         }
+        if self.critic_observation_space is not None:
+            self.modules["critic_normalizer"] = self.critic_normalizer
         if c.critic == "dsac":  # each twin's running mean standard deviation m_j; -1 until the first batch sets it
             self.dsac_sigma = nn.Module()
             self.dsac_sigma.register_buffer("running", torch.full((2,), -1.0))
@@ -165,7 +185,11 @@ class SAC(Agent):
         return self.config.steps_per_iteration
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> ReplayBuffer:
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32)
+        extras = {}
+        if self.critic_observation_space is not None:  # the collector fills them (rl_suite/collector.py)
+            shape = (tuple(self.critic_observation_space.shape), torch.float32)
+            extras = {"critic_obs": shape, "next_critic_obs": shape}
+        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
         c = self.config
         return ReplayBuffer(c.buffer_size, num_envs, spec, self.device, n_step=c.n_step, gamma=c.gamma)
 
@@ -191,6 +215,8 @@ class SAC(Agent):
             return {}
         if c.normalize_obs:  # learn the statistics from the newest observations
             self.normalizer.update(buffer.recent("obs", c.steps_per_iteration))
+            if self.critic_observation_space is not None:
+                self.critic_normalizer.update(buffer.recent("critic_obs", c.steps_per_iteration))
         self.update_credit += updates_per_step(c, buffer.num_envs) * c.steps_per_iteration
         updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
@@ -207,6 +233,11 @@ class SAC(Agent):
         c = self.config
         alpha = self.temperature.log_alpha.exp().detach()
         obs, next_obs = self.normalizer(batch["obs"]), self.normalizer(batch["next_obs"])
+        if self.critic_observation_space is None:
+            critic_obs, next_critic_obs = obs, next_obs
+        else:
+            critic_obs = self.critic_normalizer(batch["critic_obs"])
+            next_critic_obs = self.critic_normalizer(batch["next_critic_obs"])
         action = self.scaler.unscale(batch["actions"])
 
         # One actor pass samples both the next actions (for the targets) and fresh actions at s (for the actor).
@@ -217,10 +248,10 @@ class SAC(Agent):
         # Critics: soft Bellman targets from the target critics.
         dsac = c.critic == "dsac"
         with torch.no_grad():
-            next_out = self.critic_target(next_obs, next_action)
+            next_out = self.critic_target(next_critic_obs, next_action)
             next_q = (next_out[..., 0] if dsac else next_out).min(0).values
             target = batch["rewards"] + batch["discount"] * (next_q - alpha * next_log_prob)
-        out = self.critic(obs, action)
+        out = self.critic(critic_obs, action)
         if dsac:
             critic_loss = self._dsac_loss(out, target, self._sampled_target(next_out, batch, alpha * next_log_prob))
         else:
@@ -229,7 +260,7 @@ class SAC(Agent):
 
         # Actor: maximise the soft value of its own reparameterised actions, through frozen critics, so that one
         # backward pass serves all three losses.
-        new_q = self.critic(obs, new_action, frozen=True)
+        new_q = self.critic(critic_obs, new_action, frozen=True)
         actor_loss = (alpha * log_prob - (new_q[..., 0] if dsac else new_q).min(0).values).mean()
         alpha_loss = -(self.temperature.log_alpha * (log_prob.detach() + self.target_entropy)).mean()
 

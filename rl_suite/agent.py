@@ -20,6 +20,7 @@ that checkpoints, ``save`` and ``load`` cover them.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import pathlib
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -74,9 +75,25 @@ class Agent:
 
     @classmethod
     def for_env(cls, env, config=None, device: str | torch.device = "cpu", **overrides) -> Agent:
-        """An agent for ``env``'s spaces."""
+        """An agent for ``env``'s spaces, and its privileged critic observation's (``None`` where it offers none) if
+        the agent's config has a ``critic_observation`` setting."""
         _check_env_kind(cls, env)
+        if "critic_observation" in {field.name for field in dataclasses.fields(cls.Config)}:
+            overrides["critic_observation_space"] = getattr(env, "critic_observation_space", None)
         return cls(env.observation_space, env.action_space, config, device, **overrides)
+
+    def privileged_critic_space(self, offered: gym.Space | None) -> gym.Space | None:
+        """The space of what the critic sees instead of the policy's observation: ``offered`` (the env's
+        ``critic_observation_space``) where the config asks for it (``critic_observation``), else ``None``. Asking with
+        none offered is refused. Kept as ``self.critic_observation_space``, which ``describe`` records."""
+        if not getattr(self.config, "critic_observation", False):  # a config of its own may lack the field
+            return None
+        if offered is None:
+            raise ValueError(
+                f"{self.name}: critic_observation=True needs an env that offers a privileged critic observation "
+                "(critic_observation_space); this one offers none"
+            )
+        return offered
 
     # -- what the runner calls; each algorithm implements these ----------------------------------------------
 
@@ -132,20 +149,21 @@ class Agent:
 
     def describe(self) -> dict[str, Any]:
         """What rebuilds this agent: algorithm, hyperparameters and spaces, as plain data."""
-        return {
+        description = {
             "algo": self.name,
             "config": to_plain(self.config),
             "observation_space": space_to_dict(self.observation_space),
             "action_space": space_to_dict(self.action_space),
         }
+        if getattr(self, "critic_observation_space", None) is not None:
+            description["critic_observation_space"] = space_to_dict(self.critic_observation_space)
+        return description
 
     @classmethod
     def spaces_from_description(cls, description: dict[str, Any]) -> dict[str, gym.Space]:
         """The spaces that ``describe()`` wrote, as the constructor's keyword arguments."""
-        return {
-            "observation_space": space_from_dict(description["observation_space"]),
-            "action_space": space_from_dict(description["action_space"]),
-        }
+        names = ("observation_space", "action_space", "critic_observation_space")
+        return {name: space_from_dict(description[name]) for name in names if name in description}
 
     # -- deployment -------------------------------------------------------------------------------------------
 

@@ -218,7 +218,9 @@ class ReplayBuffer:
     def sample(self, batch_size: int) -> dict[str, torch.Tensor]:
         """``batch_size`` n-step transitions, uniformly over complete windows: ``obs``, ``actions``, ``rewards``
         (the discounted sum over the window, which stops at an episode's end), ``next_obs`` (where the window
-        ended) and ``discount`` (``gamma**m``, zero if the window ended by termination)."""
+        ended) and ``discount`` (``gamma**m``, zero if the window ended by termination). Every other field named
+        ``next_*`` (an asymmetric critic's ``next_critic_obs``) is also read where the window ended; the rest where it
+        started."""
         if not self.can_sample():
             raise ValueError(f"cannot sample {self.n_step}-step transitions from {len(self)} stored ones")
         # Windows start at the oldest row and must not run past the newest one.
@@ -227,11 +229,10 @@ class ReplayBuffer:
         row = (oldest + torch.randint(0, starts, (batch_size,), device=self.device)) % self.rows
         env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
         d = self.data
-        batch = {
-            name: d[name][row, env] for name in d if name not in ("rewards", "terminated", "truncated", "next_obs")
-        }
+        at_start = [name for name in d if name not in ("rewards", "terminated", "truncated") and not _at_end(name)]
+        batch = {name: d[name][row, env] for name in at_start}
         if self.n_step == 1:
-            batch.update(rewards=d["rewards"][row, env], next_obs=d["next_obs"][row, env])
+            batch.update({name: d[name][row, env] for name in d if _at_end(name)}, rewards=d["rewards"][row, env])
             if "discount" not in batch:  # transitions stored with their own discount (NStepWindow's) keep it
                 batch["discount"] = self.gamma * (~d["terminated"][row, env])
             return batch
@@ -247,8 +248,15 @@ class ReplayBuffer:
             last = torch.where(alive, r, last)
             terminated = torch.where(alive, d["terminated"][r, env], terminated)
             alive = alive & ~(d["terminated"][r, env] | d["truncated"][r, env])
-        batch.update(rewards=rewards, next_obs=d["next_obs"][last, env], discount=discount * (~terminated))
+        batch.update({name: d[name][last, env] for name in d if _at_end(name)})
+        batch.update(rewards=rewards, discount=discount * (~terminated))
         return batch
+
+
+def _at_end(name: str) -> bool:
+    """Whether an n-step transition reads field ``name`` where its window ends (``next_obs``, ``next_critic_obs``)
+    rather than where it starts."""
+    return name.startswith("next_")
 
 
 class NStepWindow:
@@ -256,10 +264,10 @@ class NStepWindow:
 
     It keeps the newest ``n`` batched transitions. Once it holds ``n``, each ``push`` completes the transitions that
     started ``n - 1`` steps earlier and returns them: ``obs`` and ``actions`` of that step, ``rewards`` (the
-    discounted sum until the window or the episode ends), ``next_obs`` (where it ended), ``terminated`` and
-    ``truncated`` (how it ended) and ``discount`` (``gamma**m``, zero after termination), the same fields as
-    ``ReplayBuffer.sample``, so that a 1-step replay buffer can store them. The returned tensors are reused by the
-    next ``push``: copy them before then.
+    discounted sum until the window or the episode ends), ``next_obs`` and any other ``next_*`` field (where it
+    ended), ``terminated`` and ``truncated`` (how it ended) and ``discount`` (``gamma**m``, zero after termination), the
+    same fields as ``ReplayBuffer.sample``, so that a 1-step replay buffer can store them. The returned tensors are
+    reused by the next ``push``: copy them before then.
     """
 
     def __init__(self, n: int, gamma: float, num_envs: int, spec: Spec, device: torch.device):
@@ -267,6 +275,7 @@ class NStepWindow:
             raise ValueError(f"n_step must be at least 1, got {n}")
         self.n, self.gamma, self.num_envs = n, gamma, num_envs
         self.data = _storage(n, num_envs, spec, device)
+        self._ending = [name for name in self.data if _at_end(name)] + ["terminated", "truncated"]  # where it ended
         self.pushed = 0
         self.out = {name: torch.empty_like(value[0]) for name, value in self.data.items()}
         self.out["discount"] = torch.empty(num_envs, device=device)
@@ -281,8 +290,9 @@ class NStepWindow:
         if self.pushed < self.n:
             return None
         d, out, oldest = self.data, self.out, self.pushed % self.n
+        ending = self._ending
         for name in d:
-            if name not in ("rewards", "terminated", "truncated", "next_obs"):
+            if name != "rewards" and name not in ending:
                 out[name].copy_(d[name][oldest])
         out["rewards"].zero_()
         out["discount"].fill_(1.0)
@@ -291,7 +301,7 @@ class NStepWindow:
         for k in range(self.n):
             r = (oldest + k) % self.n
             out["rewards"].addcmul_(torch.mul(out["discount"], alive, out=weight), d["rewards"][r])
-            for name in ("next_obs", "terminated", "truncated"):
+            for name in ending:
                 mask = alive.view(-1, *[1] * (d[name].dim() - 2))
                 torch.where(mask, d[name][r], out[name], out=out[name])
             out["discount"].mul_(weight.copy_(alive).mul_(self.gamma - 1.0).add_(1.0))  # gamma while alive, else 1

@@ -53,17 +53,41 @@ class EnsembleLinear(nn.Module):
         return torch.baddbmm(self.bias, x, self.weight)
 
 
+class EnsembleLayerNorm(nn.Module):
+    """Layer normalisation with each member's own gain and shift: ``[members, B, width]``."""
+
+    def __init__(self, members: int, width: int):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(members, 1, width))
+        self.bias = nn.Parameter(torch.zeros(members, 1, width))
+
+    def forward(self, x: torch.Tensor, frozen: bool = False) -> torch.Tensor:
+        weight, bias = (self.weight.detach(), self.bias.detach()) if frozen else (self.weight, self.bias)
+        return torch.addcmul(bias, F.layer_norm(x, x.shape[-1:]), weight)
+
+
 class EnsembleMLP(nn.Module):
     """``members`` MLPs of the same shape evaluated together, e.g. SAC's twin critics: one batched matmul per layer
-    instead of one per member. Input ``[B, in]`` (shared) or ``[members, B, in]``; output ``[members, B, out]``."""
+    instead of one per member. Input ``[B, in]`` (shared) or ``[members, B, in]``; output ``[members, B, out]``.
+    With ``layer_norm``, each hidden layer's output is layer-normalised before its nonlinearity (FastTD3's and
+    DroQ's critics: features of bounded scale, which keep many updates per transition stable)."""
 
-    def __init__(self, members: int, in_dim: int, hidden: tuple[int, ...], out_dim: int, activation: str = "relu"):
+    def __init__(
+        self,
+        members: int,
+        in_dim: int,
+        hidden: tuple[int, ...],
+        out_dim: int,
+        activation: str = "relu",
+        layer_norm: bool = False,
+    ):
         super().__init__()
         sizes = [in_dim, *hidden]
         self.members = members
         self.hidden = nn.ModuleList(
             EnsembleLinear(members, a, b, math.sqrt(2)) for a, b in zip(sizes, sizes[1:], strict=False)
         )
+        self.norms = nn.ModuleList(EnsembleLayerNorm(members, b) for b in hidden) if layer_norm else None
         self.out = EnsembleLinear(members, sizes[-1], out_dim, 1.0)
         self.activation = ACTIVATIONS[activation]()
 
@@ -71,8 +95,11 @@ class EnsembleMLP(nn.Module):
         """With ``frozen``, gradients reach the input but not the parameters (SAC's actor loss through the critics)."""
         if x.dim() == 2:
             x = x.expand(self.members, *x.shape)
-        for layer in self.hidden:
-            x = self.activation(layer(x, frozen))
+        for i, layer in enumerate(self.hidden):
+            x = layer(x, frozen)
+            if self.norms is not None:
+                x = self.norms[i](x, frozen)
+            x = self.activation(x)
         return self.out(x, frozen)
 
 
@@ -124,10 +151,10 @@ class TwinCritic(nn.Module):
     """Q_1(s, a) and Q_2(s, a), with actions in the policy's [-1, 1] space, evaluated together: ``[2, B]``; or, with
     ``atoms > 1``, the logits of two categorical return distributions over a fixed support, ``[2, B, atoms]``."""
 
-    def __init__(self, obs_dim: int, act_dim: int, hidden, activation, atoms: int = 1):
+    def __init__(self, obs_dim: int, act_dim: int, hidden, activation, atoms: int = 1, layer_norm: bool = False):
         super().__init__()
         self.atoms = atoms
-        self.net = EnsembleMLP(2, obs_dim + act_dim, hidden, atoms, activation)
+        self.net = EnsembleMLP(2, obs_dim + act_dim, hidden, atoms, activation, layer_norm)
 
     def forward(self, obs: torch.Tensor, action: torch.Tensor, frozen: bool = False) -> torch.Tensor:
         out = self.net(torch.cat((obs, action), -1), frozen)

@@ -18,7 +18,6 @@ from rl_suite.buffers import RolloutBuffer, gae, running_returns, transition_spe
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
 from rl_suite.optim import finite_or_warn, gradient_step
-from rl_suite.spaces import space_from_dict, space_to_dict
 
 
 @torch.no_grad()
@@ -219,17 +218,11 @@ class OnPolicyAgent(Agent):
         super().__init__(observation_space, action_space, config, device, **overrides)
         c = self.config
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
-        asymmetric = getattr(c, "critic_observation", False)  # a config of its own may lack the field (CONTRIBUTING.md)
-        self.critic_observation_space = critic_observation_space if asymmetric else None
-        if asymmetric:
-            if critic_observation_space is None:
-                raise ValueError(
-                    f"{self.name}: critic_observation=True needs an env that offers a privileged critic observation "
-                    "(critic_observation_space); this one offers none"
-                )
-            shape = critic_observation_space.shape
+        self.critic_observation_space = self.privileged_critic_space(critic_observation_space)
+        if self.critic_observation_space is not None:
+            shape = self.critic_observation_space.shape
             self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
-        self.critic_obs_dim = (critic_observation_space if asymmetric else observation_space).shape[0]
+        self.critic_obs_dim = (self.critic_observation_space or observation_space).shape[0]
         self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
         self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
         self.lr = c.lr  # the current learning rate (schedules and adaptive KL rules move it)
@@ -321,25 +314,6 @@ class OnPolicyAgent(Agent):
         observations, given their ``policy_conditions``."""
         actor = self.actor if actor is None else actor
         return actor(samples["obs"], *(samples[name] for name in self.policy_conditions))
-
-    @classmethod
-    def for_env(cls, env, config=None, device="cpu", **overrides):
-        """An agent for ``env``'s spaces, and its critic observation's if the env offers one."""
-        space = getattr(env, "critic_observation_space", None)
-        return super().for_env(env, config, device, critic_observation_space=space, **overrides)
-
-    def describe(self):
-        description = super().describe()
-        if self.critic_observation_space is not None:
-            description["critic_observation_space"] = space_to_dict(self.critic_observation_space)
-        return description
-
-    @classmethod
-    def spaces_from_description(cls, description):
-        spaces = super().spaces_from_description(description)
-        if "critic_observation_space" in description:
-            spaces["critic_observation_space"] = space_from_dict(description["critic_observation_space"])
-        return spaces
 
     def critic_fields(self) -> dict:
         """The rollout fields an asymmetric critic adds (``make_buffer``'s extras): its observations before and after

@@ -78,10 +78,16 @@ def test_advantages_and_returns_value_the_final_observation_at_truncation_and_ro
     torch.testing.assert_close(returns, expected + obs)
 
 
-def filled_replay(rows: int, steps: int, terminated_at=(), truncated_at=(), n_step=3, gamma=0.5) -> ReplayBuffer:
-    """One environment; step t has obs t, reward t + 1 and next_obs t + 0.5."""
-    buffer = ReplayBuffer(rows, 1, transition_spec((1,), (1,), torch.float32), torch.device("cpu"), n_step, gamma)
+def filled_replay(
+    rows: int, steps: int, terminated_at=(), truncated_at=(), n_step=3, gamma=0.5, critic_obs=False
+) -> ReplayBuffer:
+    """One environment; step t has obs t, reward t + 1 and next_obs t + 0.5 (with ``critic_obs``, an asymmetric
+    critic's observations too: 10 t and 10 t + 5)."""
+    extras = {"critic_obs": ((1,), torch.float32), "next_critic_obs": ((1,), torch.float32)} if critic_obs else {}
+    spec = transition_spec((1,), (1,), torch.float32, extras)
+    buffer = ReplayBuffer(rows, 1, spec, torch.device("cpu"), n_step, gamma)
     for t in range(steps):
+        critic = {"critic_obs": torch.tensor([[10.0 * t]]), "next_critic_obs": torch.tensor([[10.0 * t + 5]])}
         buffer.add(
             torch.tensor([[float(t)]]),
             torch.zeros(1, 1),
@@ -89,6 +95,7 @@ def filled_replay(rows: int, steps: int, terminated_at=(), truncated_at=(), n_st
             torch.tensor([t in terminated_at]),
             torch.tensor([t in truncated_at]),
             torch.tensor([[t + 0.5]]),
+            **(critic if critic_obs else {}),
         )
     return buffer
 
@@ -140,6 +147,19 @@ def test_n_step_windows_do_not_cross_the_write_head_after_wrapping():
     found = sampled_by_start(buffer)
     assert sorted(found) == [2, 3, 4]
     assert found[4] == pytest.approx((5 + 0.5 * 6, 5.5, 0.25))
+
+
+@pytest.mark.parametrize("n_step", [1, 3])
+def test_every_next_field_is_read_where_the_window_ends_and_the_others_where_it_starts(n_step):
+    """An asymmetric critic's ``next_critic_obs`` follows ``next_obs`` to the end of the n-step window (the episode's
+    end where it comes first); its ``critic_obs`` stays with ``obs`` at the start."""
+    buffer = filled_replay(rows=8, steps=6, terminated_at=(2,), n_step=n_step, critic_obs=True)
+    torch.manual_seed(0)
+    batch = buffer.sample(200)
+    torch.testing.assert_close(batch["critic_obs"], 10 * batch["obs"])
+    torch.testing.assert_close(batch["next_critic_obs"], 10 * batch["next_obs"])
+    if n_step > 1:  # the windows do reach past their first step
+        assert (batch["next_obs"] - batch["obs"] > 1).any()
 
 
 def test_one_step_transitions_are_the_stored_ones():

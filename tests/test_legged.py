@@ -448,11 +448,54 @@ def test_ppo_with_critic_observation_values_the_privileged_observation_and_survi
     )
 
 
-def test_critic_observation_on_an_env_that_offers_none_is_refused():
-    from rl_suite.agents import PPO
+def test_sac_with_critic_observation_learns_its_critics_on_the_privileged_observation(tmp_path):
+    """The replay buffer keeps the privileged observations beside the policy's; the critics (LayerNorm'd here) and their
+    targets see them, normalised by their own statistics, and the policy sees only its own."""
+    from rl_suite.agent import Agent
+    from rl_suite.agents import SAC
+    from rl_suite.collector import Collector
 
+    env = make(4, robot="ant")
+    settings = dict(critic_observation=True, critic_layer_norm=True, normalize_obs=True, learning_starts=0)
+    agent = SAC.for_env(env, SAC.Config(batch_size=8, buffer_size=64, n_step=2, hidden=(32, 32), **settings))
+    act_dim = env.action_space.shape[0]
+    assert agent.critic.net.hidden[0].weight.shape[1] == 57 + act_dim and agent.normalizer.mean.shape == (33,)
+    assert agent.actor.net[0].in_features == 33
+    buffer = agent.make_buffer(4)
+    collector = Collector(env, agent, buffer, seed=0)
+    collector.collect(6)
+    d = buffer.data
+    torch.testing.assert_close(d["critic_obs"][1:6], d["next_critic_obs"][:5])  # no episode ended in 6 steps
+    torch.testing.assert_close(d["next_critic_obs"][5], env.critic_obs)
+    agent.update(buffer)
+    assert agent.critic_normalizer.count == 4 and agent.updates == 4  # the newest step's statistics; 1 per transition
+    seen = {}
+    forward = agent.critic_target.forward
+
+    def recording(obs, action, frozen=False):
+        seen["target_input"] = obs
+        return forward(obs, action, frozen)
+
+    agent.critic_target.forward = recording
+    batch = buffer.sample(8)
+    agent._update_once(batch)
+    torch.testing.assert_close(seen["target_input"], agent.critic_normalizer(batch["next_critic_obs"]))
+    agent.save(tmp_path / "agent.pt")
+    loaded = Agent.load(tmp_path / "agent.pt")
+    assert loaded.critic_observation_space == env.critic_observation_space
+    probe, action = torch.randn(5, 57), torch.rand(5, act_dim) * 2 - 1
+    torch.testing.assert_close(
+        loaded.critic(loaded.critic_normalizer(probe), action), agent.critic(agent.critic_normalizer(probe), action)
+    )
+
+
+@pytest.mark.parametrize("algo", ["ppo", "sac"])
+def test_critic_observation_on_an_env_that_offers_none_is_refused(algo):
+    from rl_suite.registry import load_algorithm
+
+    agent_class = load_algorithm(algo)
     with rl_suite.make("Pendulum-v1", num_envs=2) as env, pytest.raises(ValueError, match="offers none"):
-        PPO.for_env(env, PPO.Config(critic_observation=True))
+        agent_class.for_env(env, agent_class.Config(critic_observation=True))
 
 
 # -- deployment from one file ----------------------------------------------------------------------------------

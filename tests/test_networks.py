@@ -141,3 +141,28 @@ def test_ensemble_mlp_equals_its_members_run_separately():
             h = torch.relu(h @ layer.weight[member] + layer.bias[member])
         torch.testing.assert_close(out[member], h @ ensemble.out.weight[member] + ensemble.out.bias[member])
     assert not torch.allclose(out[0], out[1])  # independently initialised
+
+
+def test_ensemble_layer_norm_normalises_each_members_hidden_layers_with_its_own_gain_and_shift():
+    torch.manual_seed(5)
+    ensemble = EnsembleMLP(2, 5, (8, 8), 1, layer_norm=True)
+    with torch.no_grad():
+        for norm in ensemble.norms:
+            norm.weight.uniform_(0.5, 2.0)
+            norm.bias.uniform_(-1.0, 1.0)
+    x = torch.randn(7, 5)
+    out = ensemble(x)
+    for member in range(2):
+        h = x
+        for layer, norm in zip(ensemble.hidden, ensemble.norms, strict=True):
+            pre = h @ layer.weight[member] + layer.bias[member]
+            variance = pre.var(-1, unbiased=False, keepdim=True)
+            standardised = (pre - pre.mean(-1, keepdim=True)) / torch.sqrt(variance + 1e-5)
+            h = torch.relu(standardised * norm.weight[member] + norm.bias[member])
+        torch.testing.assert_close(out[member], h @ ensemble.out.weight[member] + ensemble.out.bias[member])
+    # frozen (SAC's actor loss through the critics): gradients reach the input, not the norms
+    x.requires_grad_(True)
+    ensemble(x, frozen=True).sum().backward()
+    assert x.grad is not None and all(p.grad is None for p in ensemble.parameters())
+    plain = EnsembleMLP(2, 5, (8, 8), 1)
+    assert plain.norms is None and len(list(plain.parameters())) == len(list(ensemble.parameters())) - 4

@@ -120,9 +120,11 @@ def test_unknown_distributional_target_is_refused():
 
 
 def test_n_step_window_forms_the_transitions_the_replay_buffer_samples(monkeypatch):
-    """Both ways of forming n-step returns agree on a stream with terminations and truncations."""
+    """Both ways of forming n-step returns agree on a stream with terminations and truncations, an asymmetric critic's
+    observations included."""
     n, gamma, num_envs, steps = 3, 0.9, 5, 40
-    spec = transition_spec((2,), (1,), torch.float32)
+    critic_fields = {"critic_obs": ((3,), torch.float32), "next_critic_obs": ((3,), torch.float32)}
+    spec = transition_spec((2,), (1,), torch.float32, critic_fields)
     window = NStepWindow(n, gamma, num_envs, spec, torch.device("cpu"))
     replay = ReplayBuffer(steps * num_envs, num_envs, spec, torch.device("cpu"), n_step=n, gamma=gamma)
     generator = torch.Generator().manual_seed(1)
@@ -135,6 +137,8 @@ def test_n_step_window_forms_the_transitions_the_replay_buffer_samples(monkeypat
             terminated=torch.rand(num_envs, generator=generator) < 0.15,
             truncated=torch.rand(num_envs, generator=generator) < 0.1,
             next_obs=torch.randn(num_envs, 2, generator=generator),
+            critic_obs=torch.randn(num_envs, 3, generator=generator),
+            next_critic_obs=torch.randn(num_envs, 3, generator=generator),
         )
         replay.add(**step)
         out = window.push(**step)
@@ -148,7 +152,7 @@ def test_n_step_window_forms_the_transitions_the_replay_buffer_samples(monkeypat
     monkeypatch.setattr(torch, "randint", lambda *args, **kwargs: next(draws))
     expected = replay.sample(len(rows))
     monkeypatch.undo()
-    for name in ("obs", "actions", "rewards", "next_obs", "discount"):
+    for name in ("obs", "actions", "rewards", "next_obs", "discount", "critic_obs", "next_critic_obs"):
         got = torch.stack([f[name] for f in formed]).flatten(0, 1)
         torch.testing.assert_close(got, expected[name], msg=name)
 
