@@ -34,6 +34,9 @@ Each update, on a batch of n-step transitions (s, a, R, s', d), d = gamma^m (1 -
               batch statistics are the online critics'
     targets:  Q'_j <- (1 - tau) Q'_j + tau Q_j, the parameters only
 
+With ``critic_observation`` (robots), the critics take the env's privileged observation wherever s and s' enter them;
+the actor keeps the policy's.
+
 The paper's text beyond its abstract was not at hand: the layer order and the constants (widths 128 and 256, 2
 blocks, expansion 4, 101 atoms on [-5, 5], BN momentum 0.01, alpha 0.01, sigma_target 0.15, zeta s = 2 up to 16,
 tau 0.01, lr 3e-4 decayed by a cosine to 1.5e-4, actor updates every second critic update, the log-std map onto
@@ -132,6 +135,10 @@ class FlashSACConfig:
     """Exponent s of the zeta distribution P(k) ~ k^-s of the holding times."""
     noise_repeat_max: int = 16
     """Longest holding time."""
+    critic_observation: bool = False
+    """Asymmetric actor-critic: the critics see the env's privileged observation (``info["critic_obs"]``, stored in
+    the replay buffer beside the policy's; their input batch normalisation normalises it) instead of the policy's.
+    Needs an env that offers one (``critic_observation_space``); the exported policy is unchanged."""
 
 
 def check_config(c: FlashSACConfig) -> None:
@@ -244,11 +251,13 @@ class FlashSAC(Agent):
                 f"flashsac acts in Box action spaces, got {action_space}: for discrete actions use ppo (or, for "
                 "teams, mappo or qmix)"
             )
+        offered = overrides.pop("critic_observation_space", None)  # Agent.for_env's, for critic_observation
         super().__init__(observation_space, action_space, config, device, **overrides)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         check_config(c)
+        self.critic_observation_space = self.privileged_critic_space(offered)
         self.actor = FlashActor(obs_dim, act_dim, c)
-        self.critic = FlashCritics(obs_dim, act_dim, c)
+        self.critic = FlashCritics((self.critic_observation_space or observation_space).shape[0], act_dim, c)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)
         self.temperature = nn.Module()
         self.temperature.log_alpha = nn.Parameter(torch.tensor(math.log(c.init_alpha)))
@@ -291,7 +300,11 @@ class FlashSAC(Agent):
         c = self.config
         self._start_noise(num_envs)
         self.discounted_return = torch.zeros(num_envs, device=self.device)
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32)
+        extras = {}
+        if self.critic_observation_space is not None:  # the collector fills them (rl_suite/collector.py)
+            shape = (tuple(self.critic_observation_space.shape), torch.float32)
+            extras = {"critic_obs": shape, "next_critic_obs": shape}
+        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
         return ReplayBuffer(c.buffer_size, num_envs, spec, self.device, n_step=c.n_step, gamma=c.gamma)
 
     def _start_noise(self, num_envs: int) -> None:
@@ -350,6 +363,7 @@ class FlashSAC(Agent):
     def _update_once(self, batch: dict[str, torch.Tensor], lr: float) -> dict[str, torch.Tensor]:
         c = self.config
         obs, next_obs = batch["obs"], batch["next_obs"]
+        critic_obs, next_critic_obs = batch.get("critic_obs", obs), batch.get("next_critic_obs", next_obs)
         action = self.scaler.unscale(batch["actions"])
         rewards = batch["rewards"] / self.reward_scale() if c.reward_scaling else batch["rewards"]
         size = obs.shape[0]
@@ -361,7 +375,7 @@ class FlashSAC(Agent):
             sampled, log_prob = self.actor(torch.cat((obs, next_obs)), training=True).rsample_with_log_prob()
             sampled, log_prob = sampled[:size], log_prob[:size]
             alpha = self.temperature.log_alpha.exp().detach()
-            q = self._values(self.critic(obs, sampled, training=False, frozen=True))
+            q = self._values(self.critic(critic_obs, sampled, training=False, frozen=True))
             actor_loss = (alpha * log_prob - q.min(0).values).mean()
             entropy = -log_prob.detach().mean()
             alpha_loss = self.temperature.log_alpha.exp() * (entropy - self.target_entropy)
@@ -378,7 +392,7 @@ class FlashSAC(Agent):
         alpha = self.temperature.log_alpha.exp().detach()
         with torch.no_grad():
             next_action, next_log_prob = self.actor(next_obs, training=False).rsample_with_log_prob()
-            both_obs, both_actions = torch.cat((obs, next_obs)), torch.cat((action, next_action))
+            both_obs, both_actions = torch.cat((critic_obs, next_critic_obs)), torch.cat((action, next_action))
             target_out = self.critic_target(both_obs, both_actions, training=True)[:, size:]
             if c.distributional:  # the atoms R + d (z - alpha log pi') = (R - d alpha log pi') + d z
                 soft_rewards = rewards - batch["discount"] * alpha * next_log_prob

@@ -448,19 +448,29 @@ def test_ppo_with_critic_observation_values_the_privileged_observation_and_survi
     )
 
 
-def test_sac_with_critic_observation_learns_its_critics_on_the_privileged_observation(tmp_path):
-    """The replay buffer keeps the privileged observations beside the policy's; the critics (LayerNorm'd here) and their
-    targets see them, normalised by their own statistics, and the policy sees only its own."""
-    from rl_suite.agent import Agent
-    from rl_suite.agents import SAC
-    from rl_suite.collector import Collector
+OFF_POLICY_CRITIC_OBSERVATION = {  # tiny settings; SAC's critics LayerNorm'd and its observations normalised
+    "sac": dict(batch_size=8, buffer_size=64, n_step=2, hidden=(32, 32), critic_layer_norm=True, normalize_obs=True),
+    "flashsac": dict(batch_size=8, buffer_size=64, n_step=2, actor_width=16, critic_width=16, expansion=1),
+}
 
+
+@pytest.mark.parametrize("algo", list(OFF_POLICY_CRITIC_OBSERVATION))
+def test_off_policy_critics_learn_on_the_privileged_observation_and_the_policy_on_its_own(tmp_path, algo):
+    """The replay buffer keeps the privileged observations beside the policy's; the critics and their targets see
+    them (normalised by SAC's own statistics, by FlashSAC's input batch norm), and the policy sees only its own."""
+    from rl_suite.agent import Agent
+    from rl_suite.collector import Collector
+    from rl_suite.registry import load_algorithm
+
+    agent_class = load_algorithm(algo)
     env = make(4, robot="ant")
-    settings = dict(critic_observation=True, critic_layer_norm=True, normalize_obs=True, learning_starts=0)
-    agent = SAC.for_env(env, SAC.Config(batch_size=8, buffer_size=64, n_step=2, hidden=(32, 32), **settings))
+    settings = dict(critic_observation=True, learning_starts=0, **OFF_POLICY_CRITIC_OBSERVATION[algo])
+    agent = agent_class.for_env(env, agent_class.Config(**settings))
     act_dim = env.action_space.shape[0]
-    assert agent.critic.net.hidden[0].weight.shape[1] == 57 + act_dim and agent.normalizer.mean.shape == (33,)
-    assert agent.actor.net[0].in_features == 33
+    action = torch.rand(5, act_dim) * 2 - 1
+    agent.critic(torch.randn(5, 57), action)  # the critics take the 57 privileged values
+    with pytest.raises(RuntimeError):
+        agent.critic(torch.randn(5, 33), action)
     buffer = agent.make_buffer(4)
     collector = Collector(env, agent, buffer, seed=0)
     collector.collect(6)
@@ -468,28 +478,35 @@ def test_sac_with_critic_observation_learns_its_critics_on_the_privileged_observ
     torch.testing.assert_close(d["critic_obs"][1:6], d["next_critic_obs"][:5])  # no episode ended in 6 steps
     torch.testing.assert_close(d["next_critic_obs"][5], env.critic_obs)
     agent.update(buffer)
-    assert agent.critic_normalizer.count == 4 and agent.updates == 4  # the newest step's statistics; 1 per transition
+    assert agent.updates == 4  # one per transition of the newest step
+    if algo == "sac":
+        assert agent.critic_normalizer.count == 4  # the newest step's critic observations
     seen = {}
     forward = agent.critic_target.forward
 
-    def recording(obs, action, frozen=False):
+    def recording(obs, *args, **kwargs):
         seen["target_input"] = obs
-        return forward(obs, action, frozen)
+        return forward(obs, *args, **kwargs)
 
     agent.critic_target.forward = recording
     batch = buffer.sample(8)
-    agent._update_once(batch)
-    torch.testing.assert_close(seen["target_input"], agent.critic_normalizer(batch["next_critic_obs"]))
+    if algo == "sac":
+        agent._update_once(batch)
+        expected = agent.critic_normalizer(batch["next_critic_obs"])
+    else:  # FlashSAC passes (s, s') as one batch through the target critics, for their batch statistics
+        agent._update_once(batch, lr=1e-4)
+        expected = torch.cat((batch["critic_obs"], batch["next_critic_obs"]))
+    torch.testing.assert_close(seen["target_input"], expected)
     agent.save(tmp_path / "agent.pt")
     loaded = Agent.load(tmp_path / "agent.pt")
     assert loaded.critic_observation_space == env.critic_observation_space
-    probe, action = torch.randn(5, 57), torch.rand(5, act_dim) * 2 - 1
-    torch.testing.assert_close(
-        loaded.critic(loaded.critic_normalizer(probe), action), agent.critic(agent.critic_normalizer(probe), action)
-    )
+    probe = torch.randn(5, 57)
+    for model in (agent, loaded):
+        model.critic.eval()
+    torch.testing.assert_close(loaded.critic(probe, action), agent.critic(probe, action))
 
 
-@pytest.mark.parametrize("algo", ["ppo", "sac"])
+@pytest.mark.parametrize("algo", ["ppo", "sac", "flashsac"])
 def test_critic_observation_on_an_env_that_offers_none_is_refused(algo):
     from rl_suite.registry import load_algorithm
 
