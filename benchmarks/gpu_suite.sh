@@ -19,8 +19,8 @@
 #   9. the same on QuadrupedVelocity-Rough-v0 for what is left, up to ROUGH_S: the terrain level the curriculum
 #      reached and the tracking error;
 #  10. the same on HumanoidVelocity-Flat-v0 for what is left, up to HUMANOID_S: the tracking error and falls;
-#  11-12. FlashSAC (its authors' GPU settings: 1,024 envs, batches of 2,048, 2 updates per 1,024 transitions, 3-step
-#      returns, a 10M-transition buffer on the device) on QuadrupedVelocity-Flat-v0 and HumanoidVelocity-Flat-v0, up
+#  11-12. FlashSAC (its shipped `gpu` profile, its authors' GPU settings: 1,024 envs, batches of 2,048, 2 updates per
+#      batched step, 3-step returns, a 10M-transition buffer on the device) on QuadrupedVelocity-Flat-v0 and HumanoidVelocity-Flat-v0, up
 #      to FLASH_S each, against steps 8 and 10.
 # Everything goes to $RESULTS (default: $OUT if set, else benchmarks/results/gpu/): a log per step, the result files
 # of each step, and summary.md (status and time of every step, then the results side by side).
@@ -67,6 +67,7 @@ if [[ $SMOKE == 1 ]]; then
     FLASH_S=${FLASH_S:-20}
     NUM_ENVS_FLASH=${NUM_ENVS_FLASH:-8}
     FLASH_SET=${FLASH_SET:-"actor_width=16 critic_width=16 atoms=11 batch_size=32 learning_starts=64 eval_every_steps=64 eval_episodes=2"}
+    FLASH_PROFILE=${FLASH_PROFILE:-} # the gpu profile's 10M-transition buffer would not fit a smoke run
 else
     DEVICE=cuda
     TRAIN_S=${TRAIN_S:-80}
@@ -93,9 +94,10 @@ else
     LEGGED_SET=${LEGGED_SET:-"hidden=[512,256,128] eval_every_steps=2000000 eval_episodes=64"}
     FLASH_S=${FLASH_S:-120}
     NUM_ENVS_FLASH=${NUM_ENVS_FLASH:-1024}
-    # FlashSAC's GPU-simulator settings from its authors (agents/hyperparams/flashsac.yaml's header): 2 updates per
-    # batched step of 1,024 envs (updates_per_env_step, whatever NUM_ENVS_FLASH is).
-    FLASH_SET=${FLASH_SET:-"batch_size=2048 updates_per_env_step=2 n_step=3 buffer_size=10000000 learning_starts=100000 eval_every_steps=2000000 eval_episodes=64"}
+    # FlashSAC's GPU-simulator settings from its authors: the shipped `gpu` profile (agents/hyperparams/flashsac.yaml),
+    # 2 updates per batched step of 1,024 envs (updates_per_env_step, whatever NUM_ENVS_FLASH is).
+    FLASH_PROFILE=${FLASH_PROFILE:-gpu}
+    FLASH_SET=${FLASH_SET:-"eval_every_steps=2000000 eval_episodes=64"}
 fi
 
 # run_step NAME LIMIT_S COMMAND...: run COMMAND under a time limit (cut to what is left of TOTAL_S), its output in
@@ -240,17 +242,18 @@ run_step pql_ant "$LIMIT_TRAIN" train pql "$NUM_ENVS_PQL" "$PQL_SET" "$RESULTS/p
 # quadruped and the humanoid, each with what is left (up to LEGGED_S, ROUGH_S, HUMANOID_S, FLASH_S): the shipped
 # settings with the GPU sets above, on MuJoCo Warp, the task metrics from summary.json.
 legged() {  # ALGO ENV_ID RUN_NAME BUDGET_S
-    local algo=$1 n=$NUM_ENVS_LEGGED set=$LEGGED_SET
+    local algo=$1 n=$NUM_ENVS_LEGGED set=$LEGGED_SET profile=()
     if [[ $algo == flashsac ]]; then
         n=$NUM_ENVS_FLASH set=$FLASH_SET
+        if [[ -n $FLASH_PROFILE ]]; then profile=(--profile "$FLASH_PROFILE"); fi
     fi
     # shellcheck disable=SC2086 # SET is a list of KEY=VALUE words
-    "$PY" -m rl_suite train "$algo" "$2" --device "$DEVICE" --num-envs "$n" --seed 0 \
+    "$PY" -m rl_suite train "$algo" "$2" --device "$DEVICE" --num-envs "$n" --seed 0 "${profile[@]}" \
         --time-budget "$4" --total-steps 1000000000000 --run-dir "$RESULTS/$3" \
         --set progress=false checkpoint_every_steps=1000000000000 "env_kwargs={backend: $LEGGED_BACKEND}" $set
 }
 export -f legged
-export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET NUM_ENVS_FLASH FLASH_SET
+export NUM_ENVS_LEGGED LEGGED_BACKEND LEGGED_SET NUM_ENVS_FLASH FLASH_SET FLASH_PROFILE
 for task in "ppo QuadrupedVelocity-Flat-v0 ppo_quadruped $LEGGED_S" \
     "ppo QuadrupedVelocity-Rough-v0 ppo_quadruped_rough $ROUGH_S" "ppo HumanoidVelocity-Flat-v0 ppo_humanoid $HUMANOID_S" \
     "flashsac QuadrupedVelocity-Flat-v0 flashsac_quadruped $FLASH_S" \

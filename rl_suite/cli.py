@@ -54,7 +54,7 @@ def _cmd_throughput(args) -> int:
 def _cmd_train(args) -> int:
     """Train; under torchrun every rank runs this, and rank 0 alone prints (see rl_suite/distributed.py)."""
     from rl_suite import distributed
-    from rl_suite.config import parse_assignments
+    from rl_suite.config import ConfigError, parse_assignments
     from rl_suite.registry import load_algorithm
     from rl_suite.runner import RunConfig
     from rl_suite.settings import new_run_settings, resumed_settings
@@ -75,11 +75,13 @@ def _cmd_train(args) -> int:
     flags = {key: value for key, value in flags.items() if value is not None}
     overrides = {**flags, **parse_assignments(args.set)}
     if args.resume:
+        if args.profile is not None:
+            raise ConfigError("--profile chooses a new run's settings; a resumed run keeps those its config.yaml holds")
         run_dir = pathlib.Path(args.resume)
         run_values, agent_values = resumed_settings(algo, args.env_id, run_dir, overrides)
     else:
         run_dir = pathlib.Path(args.run_dir) if args.run_dir else None
-        run_values, agent_values = new_run_settings(algo, args.env_id, overrides)
+        run_values, agent_values = new_run_settings(algo, args.env_id, overrides, args.profile)
     config = RunConfig(**run_values)
     # Under torchrun: join the process group, train on cuda:LOCAL_RANK, and seed each rank differently.
     device = distributed.init(config.device, config.distributed_timeout_s)
@@ -391,6 +393,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     train.add_argument("--run-dir", help="where to write the run (default: runs/<algo>-<env>-s<seed>-<time>)")
     train.add_argument("--resume", metavar="RUN_DIR", help="continue the run in RUN_DIR from its newest checkpoint")
+    train.add_argument(
+        "--profile",
+        metavar="NAME",
+        help="a named set of the algorithm's shipped settings, over the task's (its YAML's `profiles`: flashsac's gpu)",
+    )
     train.add_argument(
         "--set",
         nargs="*",

@@ -1,7 +1,8 @@
 """The settings a training run starts or resumes with, for ``rl-suite train`` and ``Agent.learn`` alike.
 
 A new run takes the algorithm's shipped settings for its task (``agents/hyperparams/<algo>.yaml``: its ``default``
-section, then the task's own), then the user's. A resumed run keeps the settings its config.yaml holds: only those in
+section, then the task's own, then the named profile the user chose from its ``profiles`` section, such as
+FlashSAC's ``gpu``), then the user's. A resumed run keeps the settings its config.yaml holds: only those in
 ``RESUMABLE`` (budgets, stop conditions, the progress bar) may change. The run directory may come from a stranger, so
 its config.yaml is read as plain YAML and its environment id and keywords are checked (``trusted_env_spec``) before
 anything is built from them.
@@ -26,18 +27,23 @@ started."""
 
 
 def tuned_table(algo) -> dict:
-    """The algorithm's shipped settings file (``agents/hyperparams/<name>.yaml``) as read: section name (``default``
-    or an env id) to settings; empty where the algorithm ships none."""
+    """The algorithm's shipped settings file (``agents/hyperparams/<name>.yaml``) as read: section name (``default``,
+    an env id, or ``profiles``: profile name to settings) to settings; empty where the algorithm ships none."""
     path = pathlib.Path(inspect.getfile(algo)).parent / "hyperparams" / f"{algo.name}.yaml"
     if not path.is_file():
         return {}
     return yaml.safe_load(path.read_text()) or {}
 
 
-def tuned_settings(algo, env_id: str) -> dict:
-    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own)."""
+def tuned_settings(algo, env_id: str, profile: str | None = None) -> dict:
+    """The algorithm's shipped settings for ``env_id`` (its ``default`` section, then the task's own), then those of
+    the named ``profile``."""
     table = tuned_table(algo)
-    return layered(table.get("default") or {}, table.get(env_id) or {})
+    profiles = table.get("profiles") or {}
+    if profile is not None and profile not in profiles:
+        offered = ", ".join(sorted(profiles)) or "none"
+        raise ConfigError(f"{algo.name} has no settings profile {profile!r} (its profiles: {offered})")
+    return layered(table.get("default") or {}, table.get(env_id) or {}, profiles.get(profile) or {})
 
 
 def layered(*layers: dict) -> dict:
@@ -52,10 +58,11 @@ def layered(*layers: dict) -> dict:
     return merged
 
 
-def new_run_settings(algo, env_id: str, overrides: dict) -> tuple[dict, dict]:
+def new_run_settings(algo, env_id: str, overrides: dict, profile: str | None = None) -> tuple[dict, dict]:
     """The run's and the agent's settings (``RunConfig`` and ``algo.Config`` values) of a new run of ``algo`` on
-    ``env_id``: the shipped settings, then ``overrides`` (``layered``)."""
-    run_values, agent_values = split_overrides(layered(tuned_settings(algo, env_id), overrides), RunConfig, algo.Config)
+    ``env_id``: the shipped settings (with ``profile``'s), then ``overrides`` (``layered``)."""
+    shipped = tuned_settings(algo, env_id, profile)
+    run_values, agent_values = split_overrides(layered(shipped, overrides), RunConfig, algo.Config)
     run_values.update(algo=algo.name, env_id=env_id)
     return run_values, agent_values
 

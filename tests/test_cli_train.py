@@ -171,3 +171,25 @@ def test_resume_with_another_algorithm_or_env_is_refused(tmp_path, capsys):
     assert err == f"rl-suite: error: {run_dir} is a run of ppo on CartPole-v1, not of ppo on Acrobot-v1"
     err = error_of(["train", "ppo", "CartPole-v1", "--resume", str(run_dir), "--set", "lr=0.1"], capsys)
     assert "a resumed run keeps its settings" in err
+
+
+def test_a_settings_profile_goes_over_the_tasks_settings_and_under_the_users():
+    from rl_suite.settings import new_run_settings
+
+    flashsac = load_algorithm("flashsac")
+    run_values, agent_values = new_run_settings(flashsac, "Pendulum-v1", {"batch_size": 512}, profile="gpu")
+    assert run_values["num_envs"] == 1024 and run_values["stop_at_return"] == -200  # the profile's, the task's
+    assert agent_values["updates_per_env_step"] == 2 and agent_values["n_step"] == 3
+    assert agent_values["actor_width"] == 64 and agent_values["batch_size"] == 512  # the task's, the user's
+    assert new_run_settings(flashsac, "Pendulum-v1", {})[0]["num_envs"] == 4  # no profile: the task's alone
+
+
+def test_an_unknown_profile_or_a_profile_on_resume_is_refused(tmp_path, capsys):
+    err = error_of(["train", "flashsac", "Pendulum-v1", "--profile", "fast"], capsys)
+    assert err == "rl-suite: error: flashsac has no settings profile 'fast' (its profiles: gpu)"
+    err = error_of(["train", "ppo", "CartPole-v1", "--profile", "gpu"], capsys)
+    assert err == "rl-suite: error: ppo has no settings profile 'gpu' (its profiles: none)"
+    err = error_of(["train", "ppo", "CartPole-v1", "--resume", str(tmp_path), "--profile", "gpu"], capsys)
+    assert err == (
+        "rl-suite: error: --profile chooses a new run's settings; a resumed run keeps those its config.yaml holds"
+    )

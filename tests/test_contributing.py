@@ -133,8 +133,12 @@ def settings_problems(algo: type[Agent], path: pathlib.Path, env_ids: list[str])
         return [str(error)]
     default = table.get("default") or {}
     problems = [] if set(table) & set(env_ids) else [f"{where} names no task: add a section for a registered id"]
-    for name, settings in table.items():
-        if name != "default" and name not in env_ids:
+    profiles = table.pop("profiles", None) or {}
+    if type(profiles) is not dict:
+        problems.append(f"{where}: `profiles` is not a mapping of profile names to settings")
+        profiles = {}
+    for name, settings in {**table, **{f"profiles.{key}": value for key, value in profiles.items()}}.items():
+        if name != "default" and name not in env_ids and not name.startswith("profiles."):
             problems.append(f"{where}: section {name!r} is neither `default` nor a registered env id")
         if type(settings) is not dict or type(default) is not dict:
             problems.append(f"{where}: section {name!r} (or `default`) is not a mapping of settings")
@@ -500,12 +504,16 @@ def test_an_algorithm_without_tuned_settings_or_registered_under_another_name_is
 
 def test_tuned_settings_with_an_unknown_key_a_bad_value_or_no_task_are_reported(tmp_path):
     path = tmp_path / "ppo.yaml"
-    path.write_text("default: {num_envs: 8}\nCartPole-v1: {lrr: 0.001}\nCartPol-v1: {epochs: many}\n")
+    path.write_text(
+        "default: {num_envs: 8}\nCartPole-v1: {lrr: 0.001}\nCartPol-v1: {epochs: many}\n"
+        "profiles: {big: {num_envs: 64}, fast: {epochz: 3}}\n"
+    )
     problems = settings_problems(PPO, path, native_env_ids())
-    assert len(problems) == 3
+    assert len(problems) == 4
     assert "section 'CartPole-v1': unknown setting 'lrr'. Did you mean 'lr'? Settings: " in problems[0]
     assert problems[1].endswith("section 'CartPol-v1' is neither `default` nor a registered env id")
     assert problems[2].endswith("section 'CartPol-v1': setting 'epochs' expects int, got 'many'")
+    assert "section 'profiles.fast': unknown setting 'epochz'. Did you mean 'epochs'?" in problems[3]
     path.write_text("default: {num_envs: 8}\n")
     assert settings_problems(PPO, path, native_env_ids()) == [
         f"{path} names no task: add a section for a registered id"
