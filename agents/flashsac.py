@@ -199,6 +199,7 @@ class FlashCritics(nn.Module):
     distributional."""
 
     members = 2
+    inputs_end_with_action = True  # so observation terms added at the end land mid-input (rl_suite.checkpoint)
 
     def __init__(self, obs_dim: int, act_dim: int, c: FlashSACConfig):
         super().__init__()

@@ -384,6 +384,8 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
         # Linux's PR_SET_PDEATHSIG (1): if this benchmark dies, even by SIGKILL, its runs get SIGHUP, checkpoint and
         # stop, rather than train on unwatched while a rerun starts them again. SIGHUP, not SIGINT: the kernel sends it
         # once for each of this process's threads as they exit, and only SIGHUP's repeats leave the checkpoint alone.
+        # Its default first: a benchmark started under nohup would pass on SIGHUP ignored, and the runs would not stop.
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
         ctypes.CDLL(None).prctl(1, signal.SIGHUP)
 
     try:

@@ -21,6 +21,8 @@ class UnitLinear(nn.Module):
     """``members`` linear maps without bias (unless ``bias``: an output layer's, never projected), ``[E, B, in] ->
     [E, B, out]``; weights ``[E, out, in]`` start orthogonal with unit rows, which ``project`` restores."""
 
+    input_axis = 2  # of the weights (rl_suite.checkpoint.warm_start zeroes new inputs' weights)
+
     def __init__(self, members: int, in_features: int, out_features: int, bias: bool = False):
         super().__init__()
         weight = torch.empty(members, out_features, in_features)

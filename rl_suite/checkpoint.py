@@ -104,9 +104,12 @@ def warm_start(agent, source: str | os.PathLike) -> tuple[pathlib.Path, list[str
     and the run's step count start afresh.
 
     A tensor that grew along one dimension takes the checkpoint's values in its leading part, which fits observation
-    terms added at the end (a first layer's inputs, a normaliser's statistics) and wider hidden layers. A matrix's new
-    columns (a linear layer's new inputs) are zeroed, so that the network starts computing what the checkpoint's
-    did; the rest of a grown tensor keeps the new agent's initialisation. Any other difference is refused. Returns the
+    terms added at the end (a first layer's inputs, a normaliser's statistics) and wider hidden layers. A linear
+    layer's weights for its new inputs are zeroed (``nn.Linear``'s, and those of the layers that name their weights'
+    ``input_axis``: the ensembles' and FlashSAC's), so that the network starts computing what the checkpoint's did;
+    the rest of a grown tensor keeps the new agent's initialisation. Any other difference is refused, and so is any
+    growth inside a network whose inputs end with the action (``inputs_end_with_action``: the off-policy critics on
+    ``cat(s, a)``), where new observation terms sit between the old ones and the action. Returns the
     checkpoint read and a line per grown tensor."""
     path = pathlib.Path(source)
     if path.is_dir():
@@ -117,7 +120,15 @@ def warm_start(agent, source: str | os.PathLike) -> tuple[pathlib.Path, list[str
         raise CheckpointError(f"{path} is a checkpoint of {state.get('algo')}; init_from needs one of {agent.name}")
     saved = state["agent"]["modules"]
     plan = []  # (the agent's tensor, the checkpoint's, the dimension that grew or None): all checked before any copy
+    inputs = {}  # each linear layer's weight and the axis of its inputs
+    fixed = []  # the networks that nothing may grow in
     for name, module in agent.modules.items():
+        for prefix, layer in module.named_modules(prefix=name):
+            axis = 1 if isinstance(layer, torch.nn.Linear) else getattr(layer, "input_axis", None)
+            if axis is not None:
+                inputs[f"{prefix}.weight"] = axis
+            if getattr(layer, "inputs_end_with_action", False):
+                fixed.append(prefix + ".")
         for key, target in module.state_dict().items():  # tensors sharing the module's storage
             where = f"{path}: {name}.{key}"
             if key not in saved.get(name, {}):
@@ -129,6 +140,12 @@ def warm_start(agent, source: str | os.PathLike) -> tuple[pathlib.Path, list[str
                     f"{where} has shape {tuple(old.shape)} and this agent's {tuple(target.shape)}: only a tensor that "
                     "grew along one dimension (observation terms added at the end) can start from it"
                 )
+            if grew and any(f"{name}.{key}".startswith(network) for network in fixed):
+                raise CheckpointError(
+                    f"{where} has shape {tuple(old.shape)} and this agent's {tuple(target.shape)}: this network's "
+                    "inputs end with the action, so it starts from a checkpoint only where the observation and the "
+                    "widths are unchanged"
+                )
             plan.append((f"{name}.{key}", target, old, grew[0] if grew else None))
     grown = []
     with torch.no_grad():
@@ -136,7 +153,7 @@ def warm_start(agent, source: str | os.PathLike) -> tuple[pathlib.Path, list[str
             if dim is None:
                 target.copy_(old)
                 continue
-            if target.dim() == 2 and dim == 1:
+            if inputs.get(name) == dim:
                 target.zero_()  # new inputs contribute nothing at first
             target.narrow(dim, 0, old.shape[dim]).copy_(old)
             grown.append(f"{name} {tuple(old.shape)} -> {tuple(target.shape)}")

@@ -41,6 +41,8 @@ def _init(layer: nn.Linear, gain: float) -> nn.Linear:
 class EnsembleLinear(nn.Module):
     """``members`` independent linear layers as one batched matmul: ``[members, B, in] -> [members, B, out]``."""
 
+    input_axis = 1  # of the weights, [members, in, out] (rl_suite.checkpoint.warm_start zeroes new inputs' weights)
+
     def __init__(self, members: int, in_features: int, out_features: int, gain: float):
         super().__init__()
         layers = [_init(nn.Linear(in_features, out_features), gain) for _ in range(members)]
@@ -150,6 +152,8 @@ class RunningNorm(nn.Module):
 class TwinCritic(nn.Module):
     """Q_1(s, a) and Q_2(s, a), with actions in the policy's [-1, 1] space, evaluated together: ``[2, B]``; or, with
     ``atoms > 1``, the logits of two categorical return distributions over a fixed support, ``[2, B, atoms]``."""
+
+    inputs_end_with_action = True  # so observation terms added at the end land mid-input (rl_suite.checkpoint)
 
     def __init__(self, obs_dim: int, act_dim: int, hidden, activation, atoms: int = 1, layer_norm: bool = False):
         super().__init__()

@@ -528,22 +528,25 @@ class DeferredInterrupt:
     the iteration finish, a checkpoint is written and the run stops (``KeyboardInterrupt``), so that the checkpoint is
     of a consistent state (an interrupt in the middle of a rollout or an update would leave a half-filled buffer); a
     second one has its usual effect at once, without a checkpoint. SIGHUP (a closed terminal, or the benchmark that
-    launched the run gone: rl_suite/benchmark.py) asks for the same checkpointed stop, and repeats of it change nothing:
-    the kernel sends a run's parent-death signal once for each thread of the dying parent. Elsewhere (other threads,
-    torchrun's ranks, which cannot gather a checkpoint at different points) all keep their usual effect."""
+    launched the run gone: rl_suite/benchmark.py) asks for the same checkpointed stop, and repeats of it change nothing,
+    then or after the run (the kernel sends a run's parent-death signal once for each thread of the dying parent); where
+    SIGHUP is ignored (nohup) it stays ignored. After a hang-up the run's progress lines must go somewhere other than
+    the closed terminal (nohup's file) for the checkpoint to be written. Elsewhere (other threads, torchrun's ranks,
+    which cannot gather a checkpoint at different points) all keep their usual effect."""
 
     SIGNALS = (signal.SIGINT, signal.SIGTERM)
     REPEATABLE = (signal.SIGHUP,)
 
     def __init__(self):
-        self.requested, self.previous = False, {}
+        self.requested, self.hung_up, self.previous = False, False, {}
         if distributed.world_size() == 1 and threading.current_thread() is threading.main_thread():
-            self.previous = {number: signal.signal(number, self._handle) for number in self.SIGNALS + self.REPEATABLE}
+            handled = self.SIGNALS + tuple(n for n in self.REPEATABLE if signal.getsignal(n) is not signal.SIG_IGN)
+            self.previous = {number: signal.signal(number, self._handle) for number in handled}
 
     def _handle(self, signum, frame) -> None:
         if self.requested and signum in self.REPEATABLE:
             return
-        self.requested = True
+        self.requested, self.hung_up = True, signum in self.REPEATABLE
         for number in self.SIGNALS:  # a second Ctrl-C or SIGTERM acts at once
             signal.signal(number, self._previous(number))
         # os.write, not print: the handler runs between two bytecodes of the main thread, which may be inside a print
@@ -551,7 +554,7 @@ class DeferredInterrupt:
         try:
             os.write(sys.stdout.fileno(), f"\n{signal.Signals(signum).name}: finishing this iteration and writing a "
                                           "checkpoint (Ctrl-C again: stop now)\n".encode())  # fmt: skip
-        except (OSError, ValueError):  # a closed terminal, or no stream
+        except (OSError, ValueError, AttributeError):  # a closed terminal, a closed stream, or none (sys.stdout None)
             pass
 
     def _previous(self, number):
@@ -560,7 +563,8 @@ class DeferredInterrupt:
 
     def restore(self) -> None:
         for number in self.previous:
-            signal.signal(number, self._previous(number))
+            late_repeat = self.hung_up and number in self.REPEATABLE  # the parent-death signal's later copies
+            signal.signal(number, signal.SIG_IGN if late_repeat else self._previous(number))
         self.previous = {}
 
 

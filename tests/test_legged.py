@@ -501,6 +501,10 @@ def test_off_policy_critics_learn_on_the_privileged_observation_and_the_policy_o
     loaded = Agent.load(tmp_path / "agent.pt")
     assert loaded.critic_observation_space == env.critic_observation_space
     probe = torch.randn(5, 57)
+    if algo == "sac":  # the critic's own statistics travel with it
+        assert loaded.critic_normalizer.count == agent.critic_normalizer.count > 0
+        torch.testing.assert_close(loaded.critic_normalizer(probe), agent.critic_normalizer(probe))
+        probe = agent.critic_normalizer(probe)
     for model in (agent, loaded):
         model.critic.eval()
     torch.testing.assert_close(loaded.critic(probe, action), agent.critic(probe, action))

@@ -197,8 +197,13 @@ def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitw
     setattr(target, name, interrupted)
     with pytest.raises(KeyboardInterrupt):
         Runner(agent, env, config, run_dir=tmp_path / "resumed").run()
-    # the runner's handlers are gone
-    assert [signal.getsignal(number) for number in handled] == handlers_before
+    # the runner's handlers are gone; after a hang-up, SIGHUP's later copies are ignored
+    after = [signal.getsignal(number) for number in handled]
+    if signal_name == "SIGHUP":
+        assert after[2] is signal.SIG_IGN
+        signal.signal(signal.SIGHUP, handlers_before[2])
+        after[2] = handlers_before[2]
+    assert after == handlers_before
     (path,) = checkpoints(tmp_path / "resumed")
     cut_at = int(path.stem.removeprefix("step_"))
     assert 0 < cut_at < 640 and not (tmp_path / "resumed" / "summary.json").exists()
@@ -206,6 +211,25 @@ def test_ctrl_c_finishes_the_iteration_checkpoints_and_the_resumed_run_ends_bitw
     summary = Runner(agent, env, config, run_dir=tmp_path / "resumed", resume=True).run()
     assert summary["env_steps"] == 640
     assert torch.equal(parameters(agent), straight)
+
+
+def test_under_nohup_sighup_stays_ignored_and_the_handler_needs_no_stdout(monkeypatch):
+    import signal
+    import sys
+
+    from rl_suite.runner import DeferredInterrupt
+
+    before = signal.signal(signal.SIGHUP, signal.SIG_IGN)  # as nohup starts a process
+    try:
+        interrupt = DeferredInterrupt()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN and signal.SIGHUP not in interrupt.previous
+        monkeypatch.setattr(sys, "stdout", None)  # started with its output closed
+        signal.raise_signal(signal.SIGTERM)
+        assert interrupt.requested and not interrupt.hung_up
+        interrupt.restore()
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+    finally:
+        signal.signal(signal.SIGHUP, before)
 
 
 def test_a_run_killed_while_saving_keeps_its_last_good_checkpoint(tmp_path, monkeypatch):
@@ -455,6 +479,36 @@ def test_observation_terms_added_at_the_end_start_with_zero_weights(tmp_path):
     extended = torch.cat([obs, torch.randn(8, 2) * 10], dim=1)  # whatever the new terms hold
     torch.testing.assert_close(new.act(extended, deterministic=True)[0], old.act(obs, deterministic=True)[0])
     torch.testing.assert_close(new.critic(new.normalizer(extended)), old.critic(old.normalizer(obs)))
+
+
+@pytest.mark.parametrize("algo", ["sac", "flashsac"])
+def test_off_policy_actors_start_from_a_narrower_checkpoint_and_their_critics_refuse_to(tmp_path, algo):
+    """The actors' new inputs start with zero weights, in SAC's layout and in FlashSAC's ([members, out, in]); the
+    critics, on cat(s, a), would get the new observation terms where the action was: refused, naming the tensor."""
+    import gymnasium as gym
+
+    from rl_suite.registry import load_algorithm
+
+    agent_class = load_algorithm(algo)
+    settings = {"sac": dict(hidden=(16, 16)), "flashsac": dict(actor_width=8, critic_width=8, expansion=1)}[algo]
+    seed_everything(0)
+    narrow, wide = (gym.spaces.Box(-np.inf, np.inf, (size,), np.float32) for size in (3, 5))
+    action = gym.spaces.Box(-1.0, 1.0, (2,), np.float32)
+    old = agent_class(narrow, action, **settings)
+    path = tmp_path / "old.pt"
+    torch.save({"algo": algo, "agent": old.state_dict()}, path)
+    new = agent_class(wide, action, **settings)
+    with pytest.raises(CheckpointError, match=r"old.pt: critic\.net\..* this network's inputs end with the action"):
+        rl_suite.checkpoint.warm_start(new, path)
+    new.modules = {name: module for name, module in new.modules.items() if "critic" not in name}
+    _, grown = rl_suite.checkpoint.warm_start(new, path)
+    assert grown and all(line.startswith("actor.") for line in grown), grown
+    for agent in (old, new):
+        for module in agent.modules.values():
+            module.eval()
+    obs = torch.randn(8, 3)
+    extended = torch.cat([obs, torch.randn(8, 2) * 10], dim=1)  # whatever the new terms hold
+    torch.testing.assert_close(new.act(extended, deterministic=True)[0], old.act(obs, deterministic=True)[0])
 
 
 def test_init_from_refuses_another_algorithm_and_shapes_that_do_not_extend(tmp_path):
