@@ -5,7 +5,7 @@ PYTHON ?= python3
 VENV ?= .venv
 PY := $(VENV)/bin/python
 
-.PHONY: setup demo test lint bench clean
+.PHONY: setup demo test lint docs docs-serve bench clean
 
 # A virtual environment with the suite installed in editable mode. Torch goes first, pinned: a bare `torch`
 # requirement would pull a multi-GB CUDA build where a CPU build is at hand.
@@ -29,9 +29,17 @@ lint: setup
 test: lint
 	$(PY) -m pytest -q
 
+# The documentation site (mkdocs.yml) into site/, with --strict as CI builds it: a broken link, a page missing from
+# the navigation or a docstring reference that does not resolve fails the build.
+docs: setup
+	$(VENV)/bin/mkdocs build --strict
+
+docs-serve: setup
+	$(VENV)/bin/mkdocs serve
+
 bench: setup
 	$(PY) benchmarks/env_throughput.py
 	$(PY) benchmarks/vs_sb3.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache *.egg-info site

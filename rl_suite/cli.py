@@ -14,18 +14,15 @@ import yaml
 
 
 def _cmd_envs(args) -> int:
-    from rl_suite.registry import registered
+    from rl_suite.registry import registered, summary
 
     print(f"{'id':<28} {'observation':<13} {'action':<26} {'steps':>5}  entry point")
     for env_spec in registered():
-        try:
-            env = env_spec.load()(num_envs=1, **env_spec.kwargs)
-            row = (
-                f"{env_spec.id:<28} {str(tuple(env.observation_space.shape)):<13} "
-                f"{str(env.action_space):<26} {str(env.max_episode_steps):>5}"
-            )
-        except ImportError as error:  # an optional extra is missing
-            row = f"{env_spec.id:<28} (unavailable: {error})"
+        shown = summary(env_spec)
+        if "unavailable" in shown:  # an optional extra is missing
+            row = f"{env_spec.id:<28} (unavailable: {shown['unavailable']})"
+        else:
+            row = f"{env_spec.id:<28} {shown['observation']:<13} {shown['action']:<26} {shown['time_limit']:>5}"
         print(f"{row}  {env_spec.entry_point}")
     print("\nAny gymnasium id also runs through the adapter as 'gym:<id>', e.g. 'gym:LunarLander-v3'.")
     return 0

@@ -67,6 +67,24 @@ def registered() -> list[EnvSpec]:
     return list(_REGISTRY.values())
 
 
+def summary(env_spec: EnvSpec) -> dict[str, str]:
+    """What ``rl-suite envs`` and the documentation's environment reference show of a registered task, read from one
+    environment built with its defaults: ``observation`` (the shape), ``action`` (the space) and ``time_limit``, or
+    ``unavailable`` (the optional extra it needs is not installed)."""
+    try:
+        env = env_spec.load()(num_envs=1, **env_spec.kwargs)
+    except ImportError as error:
+        return {"unavailable": str(error)}
+    try:
+        return {
+            "observation": str(tuple(env.observation_space.shape)),
+            "action": str(env.action_space),
+            "time_limit": str(env.max_episode_steps),
+        }
+    finally:
+        env.close()
+
+
 def spec(env_id: str) -> EnvSpec:
     try:
         return _REGISTRY[env_id]
