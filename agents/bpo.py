@@ -41,6 +41,7 @@ import torch
 import torch.nn.functional as F
 
 from rl_suite.buffers import RolloutBuffer
+from rl_suite.config import setting
 from rl_suite.networks import mlp
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, train_epochs
 
@@ -56,18 +57,18 @@ class BPOConfig(OnPolicyConfig):
     """Clip the global gradient norm to this (the authors' 1.0)."""
     normalize_advantages: bool = False
     """Must stay false: BPO's target and weight are in the return's units, as its temperature is."""
-    temperature: float = 1e-3
+    temperature: float = setting(1e-3, above=0)
     """lambda: how sharply the target ratio switches from 1 - eps to 1 + eps around A~ = 0 (the authors' 1e-3:
     effectively the hard 1 +- eps)."""
     use_median: bool = True
     """The target's baseline: the median head u(s) (the paper's median advantage), or the critic V(s)."""
-    median_coef: float = 0.5
+    median_coef: float = setting(0.5, at_least=0)
     """c_u: weight of the median head's log-cosh loss (the authors' 0.5)."""
-    ent_coef: float = 0.0
+    ent_coef: float = setting(0.0, at_least=0)
     """c_e: weight of the entropy bonus (the authors' 0)."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = setting("constant", choices=("constant", "linear"))
     """``constant``, or ``linear`` decay of the learning rate to zero over the run's step budget."""
-    adaptive_kl: float | None = None
+    adaptive_kl: float | None = setting(None, above=0)
     """If set, adapt the learning rate towards this KL per minibatch (x1.5 or /1.5), as rsl_rl does (the authors'
     Isaac Lab settings: 0.01)."""
     init_log_std: float = 0.0
@@ -110,10 +111,8 @@ class BPO(OnPolicyAgent):
                 "bpo: normalize_advantages must be false: BPO's target ratio and weights are in the return's units, "
                 "as its temperature is (use scale_rewards to rescale the rewards instead)"
             )
-        if not 0.0 < c.clip_range < 1.0 or c.temperature <= 0.0:
-            raise ValueError(
-                f"bpo: clip_range must be in (0, 1) and temperature > 0, got {c.clip_range} and {c.temperature}"
-            )
+        if c.clip_range >= 1.0:  # above 0 as every clip range (rl_suite.config.setting); BPO's target ratio needs < 1
+            raise ValueError(f"bpo: clip_range must be below 1, got {c.clip_range}")
         self.build_policy(c.init_log_std)  # actor, critic, scaler; make_buffer, act, export (OnPolicyAgent)
         self.median = mlp(self.critic_obs_dim, c.hidden, 1, c.activation, out_gain=1.0)  # u(s), beside the critic
         self.register({"actor": self.actor, "median": self.median}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)

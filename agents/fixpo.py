@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from rl_suite.buffers import RolloutBuffer
+from rl_suite.config import setting
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import NoisyFlowPolicy
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, minibatches, normalized, train_epochs, value_loss
@@ -51,35 +52,35 @@ class FixPOConfig(OnPolicyConfig):
     """FixPO's settings: those of every on-policy agent (``OnPolicyConfig``: rollout, epochs, Adam's ``lr``, GAE,
     networks, normalisers; ``clip_range`` is not used, the surrogate is unclipped) and these."""
 
-    kl_bound: float = 0.5
+    kl_bound: float = setting(0.5, above=0)
     """eps_KL: the trust region, KL(pi_old(.|s) || pi(.|s)) <= eps_KL at every state of the rollout (the authors'
     MuJoCo 0.5)."""
-    kl_target_coef: float = 3.0
+    kl_target_coef: float = setting(3.0, at_least=1)
     """C_beta: beta's rule steers the primary phase's largest KL towards eps_KL / C_beta, inside the bound, so that
     the fixup has little to do (the authors' 3)."""
-    init_beta: float = 1.0
+    init_beta: float = setting(1.0, at_least=0)
     """beta at the start of training."""
-    beta_lr: float = 0.01
+    beta_lr: float = setting(0.01, above=0)
     """Adam's learning rate for beta."""
-    fixup_minibatches: int = 4
+    fixup_minibatches: int = setting(4, at_least=1)
     """Slices of the rollout that the fixup phase checks and steps on (the authors': 8 slices of 1024 samples)."""
     fixup_every_epoch: bool = True
     """Run the fixup after every epoch (the authors' default), or only after the last."""
-    max_fixup_steps: int = 10_000
+    max_fixup_steps: int = setting(10_000, at_least=1)
     """The most fixup gradient steps in one update; reaching it warns and leaves that update's bound unenforced."""
-    lr_schedule: str = "constant"
+    lr_schedule: str = setting("constant", choices=("constant", "linear"))
     """``constant``, or ``linear`` decay of the learning rate to zero over the run's step budget (the authors')."""
-    clip_value: float | None = None
+    clip_value: float | None = setting(None, above=0)
     """Clip the value function's change around its old predictions by this much; ``None`` to not clip."""
-    ent_coef: float = 0.0
+    ent_coef: float = setting(0.0, at_least=0)
     """Weight of the entropy bonus."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy (continuous actions)."""
-    policy: str = "gaussian"
+    policy: str = setting("gaussian", choices=("gaussian", "flow"))
     """``gaussian``: PPO's actor (a Gaussian; a categorical on discrete actions). ``flow``: a flow policy with
     Gaussian exploration around its end point (``NoisyFlowPolicy``, PolicyFlow's), whose KL is taken given the
     flow's noise, an upper bound of its actions' KL."""
-    flow_steps: int = 10
+    flow_steps: int = setting(10, at_least=1)
     """Euler steps of the flow policy's sampler (``policy: flow``)."""
 
 
@@ -97,15 +98,7 @@ class FixPO(OnPolicyAgent):
 
     def __init__(self, observation_space, action_space, config: FixPOConfig | None = None, device="cpu", **overrides):
         super().__init__(observation_space, action_space, config, device, **overrides)  # normalisers (OnPolicyAgent)
-        c = self.config
-        if c.kl_bound <= 0 or c.kl_target_coef < 1 or c.init_beta < 0 or c.max_fixup_steps < 1:
-            raise ValueError(
-                "fixpo: kl_bound must be > 0, kl_target_coef >= 1 (the primary phase's target inside the bound), "
-                f"init_beta >= 0 and max_fixup_steps >= 1; got {c.kl_bound}, {c.kl_target_coef}, {c.init_beta} and "
-                f"{c.max_fixup_steps}"
-            )
-        if c.policy not in ("gaussian", "flow"):
-            raise ValueError(f"fixpo: unknown policy {c.policy!r}; choose 'gaussian' or 'flow'")
+        c = self.config  # its settings' ranges are checked (rl_suite.config.setting)
         self.flow = c.policy == "flow"
         actor = None
         if self.flow:

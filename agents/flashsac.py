@@ -60,6 +60,7 @@ from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
 from rl_suite.buffers import ReplayBuffer, running_returns, transition_spec, updates_per_step
 from rl_suite.categorical import distributional_target
+from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussian
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
@@ -69,41 +70,41 @@ LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
 
 @dataclasses.dataclass(frozen=True)
 class FlashSACConfig:
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, at_least=1)
     """Replay capacity in transitions (all environments together)."""
-    batch_size: int = 512
+    batch_size: int = setting(512, at_least=1)
     """Transitions per gradient update."""
-    lr: float = 3e-4
+    lr: float = setting(3e-4, above=0)
     """Adam learning rate of the actor, the critics and the temperature at the start."""
-    lr_final: float = 1.5e-4
+    lr_final: float = setting(1.5e-4, at_least=0)
     """The learning rate at the end of the step budget, reached by a cosine decay."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    tau: float = 0.01
+    tau: float = setting(0.01, above=0, at_most=1)
     """Soft target update rate."""
-    n_step: int = 1
+    n_step: int = setting(1, at_least=1)
     """Length of the n-step returns sampled from the replay buffer."""
-    learning_starts: int = 10_000
+    learning_starts: int = setting(10_000, at_least=0)
     """Env steps (all environments together) of uniformly random actions before learning starts."""
-    steps_per_iteration: int = 1
+    steps_per_iteration: int = setting(1, at_least=1)
     """Batched env steps collected between rounds of updates."""
-    updates_per_transition: float = 1.0
+    updates_per_transition: float = setting(1.0, above=0)
     """Critic updates per collected transition: with N environments each batched step brings N transitions, and so N
     times this many updates (the authors' CPU regime: 1 with one environment)."""
-    updates_per_env_step: float = 0.0
+    updates_per_env_step: float = setting(0.0, at_least=0)
     """Above 0, this replaces ``updates_per_transition``: critic updates per batched env step, whatever N (the
     authors' GPU regime: 2 per step of 1,024 environments)."""
-    actor_update_period: int = 2
+    actor_update_period: int = setting(2, at_least=1)
     """Critic updates per actor and temperature update."""
-    actor_width: int = 128
+    actor_width: int = setting(128, at_least=1)
     """Width of the actor's residual stream."""
-    actor_blocks: int = 2
+    actor_blocks: int = setting(2, at_least=0)
     """Inverted residual blocks of the actor."""
-    critic_width: int = 256
+    critic_width: int = setting(256, at_least=1)
     """Width of each critic's residual stream."""
-    critic_blocks: int = 2
+    critic_blocks: int = setting(2, at_least=0)
     """Inverted residual blocks of each critic."""
-    expansion: int = 4
+    expansion: int = setting(4, at_least=1)
     """How many times a block widens its stream inside."""
     residual: bool = True
     """Add each block's input to its output."""
@@ -115,7 +116,7 @@ class FlashSACConfig:
     """Project the weights (and the normalisations' scales) back to their norms after every optimiser step."""
     distributional: bool = True
     """Categorical critics over a fixed support; if false, scalar critics with a squared loss."""
-    atoms: int = 101
+    atoms: int = setting(101, at_least=2)
     """Atoms of the categorical critics' support."""
     v_min: float = -5.0
     """Lowest atom, in units of the scaled rewards' returns."""
@@ -123,17 +124,17 @@ class FlashSACConfig:
     """Highest atom."""
     reward_scaling: bool = True
     """Divide the rewards by max(std(G), max|G| / v_max), G each environment's running discounted return."""
-    max_grad_norm: float = 0.0
+    max_grad_norm: float = setting(0.0, at_least=0)
     """Gradient-norm clip of each optimiser step; 0 for none."""
-    init_alpha: float = 0.01
+    init_alpha: float = setting(0.01, above=0)
     """Initial entropy temperature."""
-    target_sigma: float = 0.15
+    target_sigma: float = setting(0.15, above=0)
     """The entropy target is a Gaussian's of this standard deviation in each action dimension."""
     noise_repeat: bool = True
     """Hold each environment's exploration noise for a zeta-distributed number of steps; if false, fresh each step."""
-    noise_repeat_zeta: float = 2.0
-    """Exponent s of the zeta distribution P(k) ~ k^-s of the holding times."""
-    noise_repeat_max: int = 16
+    noise_repeat_zeta: float = setting(2.0, at_least=0)
+    """Exponent s of the zeta distribution P(k) ~ k^-s of the holding times; 0 for uniform ones."""
+    noise_repeat_max: int = setting(16, at_least=1)
     """Longest holding time."""
     critic_observation: bool = False
     """Asymmetric actor-critic: the critics see the env's privileged observation (``info["critic_obs"]``, stored in
@@ -142,31 +143,13 @@ class FlashSACConfig:
 
 
 def check_config(c: FlashSACConfig) -> None:
-    """Refuse settings that make no sense, naming the setting."""
+    """Refuse settings that make no sense together, naming them (each one's own range is checked on its own:
+    ``rl_suite.config.setting``)."""
     problems = []
     if c.batch_size > c.buffer_size:
         problems.append(f"batch_size={c.batch_size} is larger than buffer_size={c.buffer_size}")
-    if not (c.updates_per_transition > 0 and c.updates_per_env_step >= 0):
-        problems.append(
-            f"updates_per_transition must be above 0 and updates_per_env_step at least 0, got "
-            f"{c.updates_per_transition} and {c.updates_per_env_step}"
-        )
-    if c.expansion < 1:
-        problems.append(f"expansion must be at least 1, got {c.expansion}")
-    for name in ("batch_size", "actor_width", "critic_width", "actor_update_period", "noise_repeat_max", "n_step"):
-        if getattr(c, name) < 1:
-            problems.append(f"{name} must be at least 1, got {getattr(c, name)}")
-    for name in ("actor_blocks", "critic_blocks", "learning_starts"):
-        if getattr(c, name) < 0:
-            problems.append(f"{name} must not be negative, got {getattr(c, name)}")
-    if c.distributional and (c.atoms < 2 or not c.v_min < c.v_max):
-        problems.append(
-            f"a distributional critic needs atoms >= 2 and v_min < v_max, got {c.atoms}, {c.v_min}, {c.v_max}"
-        )
-    if not 0 < c.tau <= 1:
-        problems.append(f"tau must be in (0, 1], got {c.tau}")
-    if not (c.target_sigma > 0 and c.init_alpha > 0 and c.lr > 0 and c.lr_final >= 0):
-        problems.append("target_sigma, init_alpha and lr must be above 0 and lr_final not negative")
+    if c.distributional and not c.v_min < c.v_max:
+        problems.append(f"a distributional critic needs v_min < v_max, got {c.v_min} and {c.v_max}")
     if problems:
         raise ValueError("flashsac: " + "; ".join(problems))
 

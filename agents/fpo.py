@@ -24,6 +24,7 @@ import gymnasium as gym
 import torch
 
 from rl_suite.buffers import RolloutBuffer, transition_spec
+from rl_suite.config import setting
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
@@ -38,23 +39,23 @@ class FPOConfig(OnPolicyConfig):
     """epsilon of the clipped surrogate; the authors use 0.05 and smaller, not PPO's 0.2."""
     activation: str = "silu"
     """Activation of the hidden layers."""
-    samples_per_action: int = 8
+    samples_per_action: int = setting(8, at_least=1)
     """(noise, time) pairs drawn per action for the CFM losses."""
     average_losses_before_exp: bool = True
     """One ratio per action from the pairs' mean losses; otherwise one clamped ratio per pair."""
-    log_ratio_clip: float = 2.0
+    log_ratio_clip: float = setting(2.0, above=0)
     """Per-pair ratios clamp ``l_old - l`` to +- this before the exponential."""
-    loss_mode: str = "eps"
+    loss_mode: str = setting("eps", choices=("eps", "u"))
     """CFM loss form: ``eps`` (noise error, FPO's default) or ``u`` (velocity error)."""
     discrete_times: bool = True
     """Draw the pairs' times from the sampler's Euler grid (as the authors do) rather than uniformly."""
-    flow_steps: int = 10
+    flow_steps: int = setting(10, at_least=1)
     """Euler steps of the sampler."""
-    exploration_std: float = 0.0
+    exploration_std: float = setting(0.0, at_least=0)
     """Gaussian noise added to sampled actions while training (in the [-1, 1] action space); 0 for none."""
-    time_embed_dim: int = 8
-    """Width of the sinusoidal time embedding."""
-    output_scale: float = 0.25
+    time_embed_dim: int = setting(8, at_least=0)
+    """Width of the sinusoidal time embedding (even; 0 for none)."""
+    output_scale: float = setting(0.25, above=0)
     """Scale of the velocity network's output."""
 
 

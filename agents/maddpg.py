@@ -38,42 +38,43 @@ from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import ReplayBuffer, transition_spec
+from rl_suite.config import setting
 from rl_suite.deploy.inference import FrozenNorm, FrozenScale, InferencePolicy, random_availability, tensor_spec
-from rl_suite.networks import ActionScaler, EnsembleMLP
+from rl_suite.networks import ACTIVATIONS, ActionScaler, EnsembleMLP
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
 
 @dataclasses.dataclass(frozen=True)
 class MADDPGConfig:
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, at_least=1)
     """Joint transitions (one per environment step) the replay ring holds."""
-    batch_size: int = 1024
+    batch_size: int = setting(1024, at_least=1)
     """Joint transitions per gradient step."""
-    learning_starts: int = 25_600
+    learning_starts: int = setting(25_600, at_least=0)
     """Env steps (summed over environments) of uniformly random actions before learning starts."""
-    steps_per_iteration: int = 1
+    steps_per_iteration: int = setting(1, at_least=1)
     """Batched env steps collected between learning iterations."""
-    utd_ratio: float = 0.01
+    utd_ratio: float = setting(0.01, above=0)
     """Gradient steps per joint transition collected (the paper's code: one per 100); fractions carry over."""
-    lr_actor: float = 0.01
+    lr_actor: float = setting(0.01, at_least=0)
     """Adam learning rate of the actors."""
-    lr_critic: float = 0.01
+    lr_critic: float = setting(0.01, at_least=0)
     """Adam learning rate of the critics."""
-    gamma: float = 0.95
+    gamma: float = setting(0.95, at_least=0, at_most=1)
     """Discount factor."""
-    tau: float = 0.01
+    tau: float = setting(0.01, above=0, at_most=1)
     """Soft target update rate."""
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = setting((64, 64), at_least=1)
     """Hidden layer widths of every actor and critic."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=tuple(ACTIVATIONS))
     """Activation of the hidden layers."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, at_least=0)
     """Clip the global gradient norm of the actors', and of the critics', loss to this (0: no clipping)."""
-    exploration_noise: float = 0.1
+    exploration_noise: float = setting(0.1, at_least=0)
     """Standard deviation of the Gaussian noise added to continuous actions while training, in [-1, 1] units."""
-    gumbel_temperature: float = 1.0
+    gumbel_temperature: float = setting(1.0, above=0)
     """Temperature of the Gumbel-softmax relaxation of discrete actions."""
-    action_reg: float = 0.001
+    action_reg: float = setting(0.001, at_least=0)
     """Weight of the mean square of the actors' raw outputs (pre-tanh means or logits) in the actor loss."""
     shared_critic: bool = False
     """One critic for all agents, with the agent's one-hot id as input, instead of one critic per agent."""
@@ -91,15 +92,8 @@ class MADDPG(MultiAgentAgent):
     ):
         super().__init__(observation_space, action_space, config, device, global_state_space, **overrides)
         c = self.config
-        for name in ("batch_size", "buffer_size"):
-            if getattr(c, name) < 1:
-                raise ValueError(f"{name} must be at least 1, got {getattr(c, name)}")
-        if c.batch_size > c.buffer_size:
+        if c.batch_size > c.buffer_size:  # each setting's own range is checked (rl_suite.config.setting)
             raise ValueError(f"batch_size ({c.batch_size}) must not exceed buffer_size ({c.buffer_size})")
-        if c.utd_ratio <= 0:
-            raise ValueError(f"utd_ratio must be positive, got {c.utd_ratio}")
-        if c.gumbel_temperature <= 0:
-            raise ValueError(f"gumbel_temperature must be positive, got {c.gumbel_temperature}")
         self.num_agents, obs_dim = observation_space.shape
         a = self.num_agents
         self.discrete = isinstance(action_space, gym.spaces.MultiDiscrete)

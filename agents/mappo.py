@@ -39,6 +39,7 @@ from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import RolloutBuffer, gae, transition_spec
+from rl_suite.config import setting
 from rl_suite.deploy.inference import (
     ExportError,
     FrozenNorm,
@@ -47,46 +48,46 @@ from rl_suite.deploy.inference import (
     random_availability,
     tensor_spec,
 )
-from rl_suite.networks import ActionScaler, Categorical, DiagGaussian, RecurrentMLP, RunningNorm
+from rl_suite.networks import ACTIVATIONS, ActionScaler, Categorical, DiagGaussian, RecurrentMLP, RunningNorm
 from rl_suite.onpolicy import clipped_surrogate, train_epochs, weighted_mean
 from rl_suite.optim import finite_or_warn, gradient_step
 
 
 @dataclasses.dataclass(frozen=True)
 class MAPPOConfig:
-    n_steps: int = 64
+    n_steps: int = setting(64, at_least=1)
     """Rollout length T: steps per environment collected each iteration."""
-    epochs: int = 5
+    epochs: int = setting(5, at_least=1)
     """Passes over each rollout."""
-    minibatches: int = 2
+    minibatches: int = setting(2, at_least=1)
     """Minibatches per epoch."""
-    lr: float = 5e-4
+    lr: float = setting(5e-4, at_least=0)
     """Adam learning rate of the actor and the critic."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = setting(0.95, at_least=0, at_most=1)
     """GAE's lambda."""
-    clip_range: float = 0.2
+    clip_range: float = setting(0.2, above=0)
     """epsilon of the clipped surrogate."""
-    ent_coef: float = 0.01
+    ent_coef: float = setting(0.01, at_least=0)
     """Weight of the entropy bonus."""
-    vf_coef: float = 1.0
+    vf_coef: float = setting(1.0, at_least=0)
     """Weight of the value loss."""
-    huber_delta: float = 10.0
+    huber_delta: float = setting(10.0, above=0)
     """The Huber value loss is quadratic within this distance of the (normalised) target, linear beyond."""
-    max_grad_norm: float = 10.0
-    """Clip the global gradient norm to this."""
+    max_grad_norm: float = setting(10.0, at_least=0)
+    """Clip the global gradient norm to this (0: no clipping)."""
     value_norm: bool = True
     """The critic predicts returns normalised by running statistics (MAPPO's value normalisation)."""
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = setting((64, 64), at_least=1)
     """Hidden layer widths of the actor and the critic (separate networks)."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=tuple(ACTIVATIONS))
     """Activation of the hidden layers."""
     recurrent: bool = False
     """Add a GRU to the actor and the critic; they are then trained on chunks of ``chunk_length`` steps."""
-    gru_size: int = 64
+    gru_size: int = setting(64, at_least=1)
     """Hidden state size of the GRUs."""
-    chunk_length: int = 16
+    chunk_length: int = setting(16, at_least=1)
     """Length of the training chunks of a recurrent policy (it must divide ``n_steps``)."""
     centralized_critic: bool = True
     """Critic on the global state (MAPPO); ``False``: on the agent's own observation (IPPO)."""

@@ -40,6 +40,7 @@ import torch
 from torch import nn
 
 from rl_suite.buffers import RolloutBuffer, transition_spec
+from rl_suite.config import setting
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
@@ -58,22 +59,23 @@ class PolicyFlowConfig(OnPolicyConfig):
     """Clip the global gradient norm to this; 0 for none."""
     activation: str = "silu"
     """Activation of the hidden layers."""
-    target_kl: float | None = 0.01
+    target_kl: float | None = setting(0.01, above=0)
     """Adapt the learning rate towards this KL of the Gaussian part per minibatch; ``None`` keeps it fixed."""
-    ratio: str = "interpolation"
+    ratio: str = setting("interpolation", choices=("interpolation", "full_path"))
     """``interpolation`` (PolicyFlow's velocity change along the straight path) or ``full_path`` (the exact end-point
     displacement, integrating the flow with backpropagation)."""
-    brownian_coef: float = 0.25
+    brownian_coef: float = setting(0.25, at_least=0)
     """Weight of the Brownian regulariser; 0 turns it off."""
-    entropy_coef: float = 0.001
+    entropy_coef: float = setting(0.001, at_least=0)
     """Weight of the Gaussian exploration noise's entropy bonus."""
-    init_log_std: float = 0.0
-    """Initial log standard deviation of the exploration noise (in the [-1, 1] action space)."""
-    flow_steps: int = 10
+    init_log_std: float = setting(0.0, at_least=-5, at_most=2)
+    """Initial log standard deviation of the exploration noise (in the [-1, 1] action space), within the [-5, 2] that
+    it is clamped to."""
+    flow_steps: int = setting(10, at_least=1)
     """Euler steps of the sampler."""
-    time_embed_dim: int = 8
-    """Width of the sinusoidal time embedding."""
-    output_scale: float = 0.25
+    time_embed_dim: int = setting(8, at_least=0)
+    """Width of the sinusoidal time embedding (even; 0 for none)."""
+    output_scale: float = setting(0.25, above=0)
     """Scale of the velocity network's output."""
     zero_init: bool = False
     """Initialise the velocity network as the paper does (Glorot weights, last layer zeroed: the first flow is the

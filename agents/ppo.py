@@ -21,6 +21,7 @@ import torch
 
 from rl_suite import distributed
 from rl_suite.buffers import RolloutBuffer
+from rl_suite.config import setting
 from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs, value_loss
 
 
@@ -29,17 +30,17 @@ class PPOConfig(OnPolicyConfig):
     """PPO's settings: those of every on-policy agent (``OnPolicyConfig``: rollout, epochs, Adam's ``lr``, GAE,
     ``clip_range``, networks, normalisers) and these."""
 
-    lr_schedule: str = "constant"
+    lr_schedule: str = setting("constant", choices=("constant", "linear"))
     """``constant``, or ``linear`` decay of the learning rate to zero over the run's step budget."""
-    clip_schedule: str = "constant"
+    clip_schedule: str = setting("constant", choices=("constant", "linear"))
     """``constant``, or ``linear`` decay of the clip range to zero over the step budget."""
-    clip_value: float | None = None
+    clip_value: float | None = setting(None, above=0)
     """Clip the value function's change around its old predictions by this much; ``None`` to not clip."""
-    ent_coef: float = 0.0
+    ent_coef: float = setting(0.0, at_least=0)
     """Weight of the entropy bonus."""
-    target_kl: float | None = None
+    target_kl: float | None = setting(None, above=0)
     """Stop the epochs of an iteration early once the approximate KL exceeds 1.5 times this."""
-    adaptive_kl: float | None = None
+    adaptive_kl: float | None = setting(None, above=0)
     """If set, adapt the learning rate towards this KL per minibatch (x1.5 or /1.5), as rsl_rl does."""
     init_log_std: float = 0.0
     """Initial log standard deviation of a Gaussian policy (continuous actions)."""

@@ -42,11 +42,11 @@ from rl_suite.agent import Agent
 from rl_suite.buffers import NStepWindow, ReplayBuffer, check_fits_in_memory, transition_spec
 from rl_suite.categorical import DISTRIBUTIONAL_TARGETS, distributional_target
 from rl_suite.concurrency import Mailbox, RateBalancer, Worker, WorkerGroup, overlap_seconds
+from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ActionScaler, RunningNorm, TwinCritic, mlp
+from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, TwinCritic, mlp
 from rl_suite.optim import (
     annealed_expectile,
-    check_expectile,
     expectile_weights,
     finite_or_warn,
     gradient_step,
@@ -56,49 +56,49 @@ from rl_suite.optim import (
 
 @dataclasses.dataclass(frozen=True)
 class PQLConfig:
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, at_least=1)
     """Replay capacity in transitions (all environments together), for each learner's ring."""
-    batch_size: int = 8192
+    batch_size: int = setting(8192, at_least=1)
     """Transitions (V-learner) or observations (P-learner) per gradient update."""
-    critic_lr: float = 5e-4
+    critic_lr: float = setting(5e-4, above=0)
     """AdamW learning rate of the critics."""
-    actor_lr: float = 5e-4
+    actor_lr: float = setting(5e-4, above=0)
     """AdamW learning rate of the policy."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, at_least=0)
     """Gradient-norm clip of both learners; 0 for none."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    tau: float = 0.05
+    tau: float = setting(0.05, above=0, at_most=1)
     """Soft target update rate of the critics."""
-    n_step: int = 3
+    n_step: int = setting(3, at_least=1)
     """Length of the n-step returns the actor forms."""
-    learning_starts: int = 10_000
+    learning_starts: int = setting(10_000, at_least=0)
     """Env steps (all environments together) of uniformly random actions before the learners start."""
-    critic_updates_per_env_step: float = 8.0
+    critic_updates_per_env_step: float = setting(8.0, above=0)
     """Critic updates per batched env step (PQL's beta_a:v)."""
-    critic_updates_per_policy_update: float = 2.0
+    critic_updates_per_policy_update: float = setting(2.0, above=0)
     """Critic updates per policy update (PQL's beta_p:v)."""
-    balance_slack: float = 32.0
+    balance_slack: float = setting(32.0, at_least=0)
     """How far, in critic updates, a worker may run ahead of the slowest before it waits."""
     concurrent: bool = True
     """Run the V-learner and the P-learner in threads beside the actor; ``False`` runs all three in turn."""
-    expectile: float = 0.5
+    expectile: float = setting(0.5, at_least=0.5, below=1)
     """Annealed Q-learning (Omura et al., ICML 2025, arXiv 2506.05968), for the scalar critics: their squared error
     weighted as an expectile loss |tau - 1(y < Q)| (IQL's), tau annealed linearly from this value to 0.5 (the plain
     squared error); 0.5 is off. The paper's: 0.9."""
-    expectile_anneal_steps: int = 0
+    expectile_anneal_steps: int = setting(0, at_least=0)
     """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
-    noise_std_min: float = 0.05
+    noise_std_min: float = setting(0.05, at_least=0)
     """Exploration noise scale of the least exploring environment."""
-    noise_std_max: float = 0.8
+    noise_std_max: float = setting(0.8, at_least=0)
     """Exploration noise scale of the most exploring environment."""
-    target_noise_std: float = 0.8
-    """Target-policy smoothing noise scale."""
-    target_noise_clip: float = 0.2
+    target_noise_std: float = setting(0.8, at_least=0)
+    """Target-policy smoothing noise scale; 0 for none."""
+    target_noise_clip: float = setting(0.2, at_least=0)
     """Target-policy smoothing noise is clipped to +- this."""
-    hidden: tuple[int, ...] = (512, 256, 128)
+    hidden: tuple[int, ...] = setting((512, 256, 128), at_least=1)
     """Hidden layer widths of the policy and of each critic."""
-    activation: str = "elu"
+    activation: str = setting("elu", choices=tuple(ACTIVATIONS))
     """Activation of the hidden layers."""
     normalize_obs: bool = True
     """Normalise observations with running statistics kept in the policy."""
@@ -108,9 +108,9 @@ class PQLConfig:
     """Smallest return of the distributional critics' support."""
     v_max: float = 10.0
     """Largest return of the distributional critics' support."""
-    num_atoms: int = 51
+    num_atoms: int = setting(51, at_least=2)
     """Size of the distributional critics' support."""
-    distributional_target: str = "lower_mean"
+    distributional_target: str = setting("lower_mean", choices=DISTRIBUTIONAL_TARGETS)
     """How PQL-D's target combines the twin target critics' next-state distributions p_1, p_2 (Phi: the projection
     of ``r + d Z`` onto the support):
 
@@ -207,14 +207,11 @@ class PQL(Agent):
     def __init__(self, observation_space, action_space, config: PQLConfig | None = None, device="cpu", **overrides):
         super().__init__(observation_space, action_space, config, device, **overrides)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
-        if c.noise_std_min > c.noise_std_max or c.noise_std_min < 0:
-            raise ValueError(f"need 0 <= noise_std_min <= noise_std_max, got {c.noise_std_min}, {c.noise_std_max}")
-        if c.critic_updates_per_env_step <= 0 or c.critic_updates_per_policy_update <= 0:
-            raise ValueError("critic_updates_per_env_step and critic_updates_per_policy_update must be positive")
-        if c.distributional_target not in DISTRIBUTIONAL_TARGETS:
-            choices = " or ".join(map(repr, DISTRIBUTIONAL_TARGETS))
-            raise ValueError(f"distributional_target must be {choices}, got {c.distributional_target!r}")
-        check_expectile(c.expectile, c.expectile_anneal_steps)
+        # Each setting's own range is checked (rl_suite.config.setting); these are between settings.
+        if c.noise_std_min > c.noise_std_max:
+            raise ValueError(f"need noise_std_min <= noise_std_max, got {c.noise_std_min}, {c.noise_std_max}")
+        if c.distributional and not c.v_min < c.v_max:
+            raise ValueError(f"a distributional critic needs v_min < v_max, got {c.v_min} and {c.v_max}")
         if c.distributional and c.expectile != 0.5:
             raise ValueError("the expectile loss applies to the scalar critics' squared error, not to PQL-D")
         self.expectile = c.expectile  # the actor's thread sets it in update; the V-learner reads it

@@ -37,6 +37,7 @@ import torch
 from rl_suite.agent import Agent
 from rl_suite.agents.ppo import PPO, PPOConfig
 from rl_suite.buffers import RolloutBuffer
+from rl_suite.config import setting
 from rl_suite.onpolicy import minibatches, train_epochs
 from rl_suite.optim import gradient_step
 
@@ -46,27 +47,27 @@ class PROPSConfig(PPOConfig):
     """The target's PPO settings (every PPO field; ``n_steps`` is the target batch n per environment) and the
     behaviour's."""
 
-    buffer_batches: int = 2
+    buffer_batches: int = setting(2, at_least=1)
     """b: target batches of n steps kept in the history (the authors' 2)."""
-    props_steps: int = 8
+    props_steps: int = setting(8, at_least=1)
     """m per environment: steps collected between behaviour updates; divides ``n_steps``."""
-    props_clip: float = 0.3
+    props_clip: float = setting(0.3, above=0)
     """eps_P: the behaviour's ratio to the target is clipped at 1 - eps_P (the authors' 0.3)."""
-    props_kl_coef: float = 0.3
+    props_kl_coef: float = setting(0.3, at_least=0)
     """lambda: weight of KL(pi_phi || pi_theta) in the behaviour's loss (the authors' 0.1-0.3)."""
-    props_target_kl: float = 0.05
+    props_target_kl: float = setting(0.05, above=0)
     """Stop the behaviour's update once its approximate KL to the target exceeds this (the authors' 0.03-0.1)."""
-    props_lr: float = 1e-3
+    props_lr: float = setting(1e-3, above=0)
     """Adam's learning rate for the behaviour policy."""
-    props_epochs: int = 16
+    props_epochs: int = setting(16, at_least=0)
     """Passes of the behaviour's update over the history; 0 samples on-policy (the paper's PPO-Buffer)."""
-    props_minibatches: int = 16
+    props_minibatches: int = setting(16, at_least=1)
     """Minibatches per pass of the behaviour's update."""
-    props_max_grad_norm: float = 0.5
-    """Clip the behaviour's gradient norm to this."""
-    sampling_error_every: int = 10
+    props_max_grad_norm: float = setting(0.5, at_least=0)
+    """Clip the behaviour's gradient norm to this; 0 for none."""
+    sampling_error_every: int = setting(10, at_least=0)
     """Measure the sampling error every this many target updates; 0 never."""
-    sampling_error_steps: int = 100
+    sampling_error_steps: int = setting(100, at_least=1)
     """Full-batch Adam steps (learning rate 1e-3) that fit the empirical policy pi_D."""
 
 

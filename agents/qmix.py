@@ -33,6 +33,7 @@ from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import EpisodeBuffer, lambda_returns
+from rl_suite.config import setting
 from rl_suite.deploy.inference import ExportError
 from rl_suite.networks import RecurrentMLP
 from rl_suite.optim import finite_or_warn, gradient_step
@@ -42,47 +43,47 @@ MIXERS = ("qmix", "vdn")
 
 @dataclasses.dataclass(frozen=True)
 class QMIXConfig:
-    buffer_episodes: int = 5000
+    buffer_episodes: int = setting(5000, at_least=1)
     """Episodes the replay holds."""
-    batch_episodes: int = 32
+    batch_episodes: int = setting(32, at_least=1)
     """Episodes per gradient step."""
-    steps_per_iteration: int = 8
+    steps_per_iteration: int = setting(8, at_least=1)
     """Batched env steps collected between learning iterations."""
-    updates_per_iteration: int = 1
+    updates_per_iteration: int = setting(1, at_least=1)
     """Gradient steps per learning iteration."""
-    learning_starts_episodes: int = 32
+    learning_starts_episodes: int = setting(32, at_least=0)
     """Completed episodes in the replay before learning starts."""
-    lr: float = 5e-4
+    lr: float = setting(5e-4, at_least=0)
     """Adam learning rate."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    td_lambda: float = 0.0
+    td_lambda: float = setting(0.0, at_least=0, at_most=1)
     """lambda of the TD(lambda) targets; 0 gives one-step targets."""
     double_q: bool = True
     """The online agents choose the next actions and the target networks value them."""
-    target_update_interval: int = 200
+    target_update_interval: int = setting(200, at_least=1)
     """Gradient steps between hard copies of the online networks into the targets."""
-    eps_start: float = 1.0
+    eps_start: float = setting(1.0, at_least=0, at_most=1)
     """Exploration rate at the start."""
-    eps_end: float = 0.05
+    eps_end: float = setting(0.05, at_least=0, at_most=1)
     """Exploration rate after annealing."""
-    eps_anneal_steps: int = 50_000
-    """Env steps (summed over environments) over which epsilon falls linearly from start to end."""
-    hidden: tuple[int, ...] = (64,)
+    eps_anneal_steps: int = setting(50_000, at_least=0)
+    """Env steps (summed over environments) over which epsilon falls linearly from start to end (0: end at once)."""
+    hidden: tuple[int, ...] = setting((64,), at_least=1)
     """Layers of the agent network before its GRU."""
-    gru_size: int = 64
+    gru_size: int = setting(64, at_least=1)
     """Hidden state size of the agents' GRU."""
-    mixing_embed: int = 32
+    mixing_embed: int = setting(32, at_least=1)
     """Width of the mixing network's hidden layer."""
-    hypernet_hidden: int = 64
+    hypernet_hidden: int = setting(64, at_least=1)
     """Hidden width of the hypernetworks that produce the mixing weights."""
-    max_grad_norm: float = 10.0
-    """Clip the global gradient norm to this."""
+    max_grad_norm: float = setting(10.0, at_least=0)
+    """Clip the global gradient norm to this (0: no clipping)."""
     last_action: bool = True
     """Give each agent its previous action (one-hot) as input."""
     agent_id: bool = True
     """Give each agent its one-hot id as input."""
-    mixer: str = "qmix"
+    mixer: str = setting("qmix", choices=MIXERS)
     """How the agents' utilities make Q_tot: "qmix" (the monotonic hypernetwork mixer) or "vdn" (their sum)."""
 
 
@@ -123,8 +124,6 @@ class QMIX(MultiAgentAgent):
     ):
         super().__init__(observation_space, action_space, config, device, global_state_space, **overrides)
         c = self.config
-        if c.mixer not in MIXERS:
-            raise ValueError(f"mixer must be one of {', '.join(map(repr, MIXERS))}, got {c.mixer!r}")
         self.num_agents, obs_dim = observation_space.shape
         self.n_actions = int(action_space.nvec.max())
         in_dim = obs_dim + (self.n_actions if c.last_action else 0) + (self.num_agents if c.agent_id else 0)

@@ -25,16 +25,17 @@ import torch
 
 from rl_suite.agent import Agent
 from rl_suite.agents.ppo import PPO, PPOConfig
+from rl_suite.config import setting
 
 
 @dataclasses.dataclass(frozen=True)
 class RARLConfig(PPOConfig):
     """The protagonist's PPO settings (every PPO field), and the adversary's differences."""
 
-    adversary_dim: int = 0
+    adversary_dim: int = setting(0, at_least=0)
     """Components of the adversary's action (one per pushed body and axis); ``Agent.for_env`` reads it from the
-    env's ``adversary_action_space``."""
-    adversary_lr: float | None = None
+    env's ``adversary_action_space`` (the default 0, left unset, is refused when the agent is built)."""
+    adversary_lr: float | None = setting(None, above=0)
     """The adversary's learning rate; ``None``: the protagonist's."""
     adversary_init_log_std: float = 0.0
     """Initial log standard deviation of the adversary's Gaussian forces (in units of the maximum force)."""

@@ -43,11 +43,11 @@ from torch.nn import functional as F
 
 from rl_suite.agent import Agent
 from rl_suite.buffers import ReplayBuffer, transition_spec, updates_per_step
+from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
+from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
 from rl_suite.optim import (
     annealed_expectile,
-    check_expectile,
     expectile_weights,
     finite_or_warn,
     gradient_step,
@@ -61,32 +61,32 @@ DSAC_NOISE_CLIP = 3.0  # the sampled target return's noise, in standard deviatio
 
 @dataclasses.dataclass(frozen=True)
 class SACConfig:
-    buffer_size: int = 1_000_000
+    buffer_size: int = setting(1_000_000, at_least=1)
     """Replay capacity in transitions (all environments together)."""
-    batch_size: int = 256
+    batch_size: int = setting(256, at_least=1)
     """Transitions per gradient update."""
-    lr: float = 3e-4
+    lr: float = setting(3e-4, above=0)
     """Adam learning rate of the actor, the critics and the temperature."""
-    gamma: float = 0.99
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    tau: float = 0.005
+    tau: float = setting(0.005, above=0, at_most=1)
     """Soft target update rate."""
-    n_step: int = 1
+    n_step: int = setting(1, at_least=1)
     """Length of the n-step returns sampled from the replay buffer."""
-    learning_starts: int = 5_000
+    learning_starts: int = setting(5_000, at_least=0)
     """Env steps (all environments together) of uniformly random actions before learning starts."""
-    steps_per_iteration: int = 1
+    steps_per_iteration: int = setting(1, at_least=1)
     """Batched env steps collected between rounds of updates."""
-    updates_per_transition: float = 1.0
+    updates_per_transition: float = setting(1.0, above=0)
     """Gradient updates per collected transition: with N environments each batched step brings N transitions, and so
     N times this many updates."""
-    updates_per_env_step: float = 0.0
+    updates_per_env_step: float = setting(0.0, at_least=0)
     """Above 0, this replaces ``updates_per_transition``: gradient updates per batched env step, whatever N."""
-    hidden: tuple[int, ...] = (256, 256)
+    hidden: tuple[int, ...] = setting((256, 256), at_least=1)
     """Hidden layer widths of the actor and of each critic."""
-    activation: str = "relu"
+    activation: str = setting("relu", choices=tuple(ACTIVATIONS))
     """Activation of the hidden layers."""
-    init_alpha: float = 1.0
+    init_alpha: float = setting(1.0, above=0)
     """Initial entropy temperature."""
     autotune_alpha: bool = True
     """Tune the temperature towards ``target_entropy``; if false, alpha stays at ``init_alpha``."""
@@ -102,15 +102,15 @@ class SACConfig:
     critic_layer_norm: bool = False
     """Layer normalisation after each hidden layer of the critics (FastTD3's and DroQ's), for many updates per
     transition."""
-    critic: str = "twin"
+    critic: str = setting("twin", choices=CRITICS)
     """``"twin"``: SAC's twin Q-values. ``"dsac"``: DSAC-T's twin Gaussian return distributions (this file's
     docstring)."""
-    dsac_clip: float = 3.0
+    dsac_clip: float = setting(3.0, above=0)
     """DSAC-T's bound on the sampled target's distance from the current mean, in running mean standard deviations."""
-    expectile: float = 0.5
+    expectile: float = setting(0.5, at_least=0.5, below=1)
     """Annealed Q-learning: the critics' expectile at the start, annealed linearly to 0.5; 0.5 is SAC's squared loss
     throughout. The paper's: 0.9."""
-    expectile_anneal_steps: int = 0
+    expectile_anneal_steps: int = setting(0, at_least=0)
     """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
 
 
@@ -131,16 +131,8 @@ class SAC(Agent):
             shape = self.critic_observation_space.shape
             self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
         self.actor = TanhGaussianPolicy(obs_dim, act_dim, c.hidden, c.activation)
-        if c.critic not in CRITICS:
-            raise ValueError(f"critic must be one of {', '.join(map(repr, CRITICS))}, got {c.critic!r}")
-        check_expectile(c.expectile, c.expectile_anneal_steps)
-        if c.critic == "dsac" and c.expectile != 0.5:
+        if c.critic == "dsac" and c.expectile != 0.5:  # each setting's own range is checked (rl_suite.config.setting)
             raise ValueError("the expectile loss applies to the twin critics' squared error, not to critic='dsac'")
-        if not (c.updates_per_transition > 0 and c.updates_per_env_step >= 0):
-            raise ValueError(
-                f"updates_per_transition must be above 0 and updates_per_env_step at least 0, got "
-                f"{c.updates_per_transition} and {c.updates_per_env_step}"
-            )
         critic_dim = (self.critic_observation_space or observation_space).shape[0]
         atoms = 2 if c.critic == "dsac" else 1  # DSAC's critics output a mean and a raw standard deviation each
         self.critic = TwinCritic(critic_dim, act_dim, c.hidden, c.activation, atoms, c.critic_layer_norm)

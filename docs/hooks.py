@@ -106,8 +106,10 @@ def environments_page() -> str:
 
 
 def config_fields(config_class: type) -> list[dict[str, str]]:
-    """Each field of a config dataclass (its bases' first, as the dataclass orders them): name, type, default and the
-    docstring under it in the source."""
+    """Each field of a config dataclass (its bases' first, as the dataclass orders them): name, type, default, the
+    values it accepts (``rl_suite.config.setting``) and the docstring under it in the source."""
+    from rl_suite.config import describe_limits, field_limits
+
     docs: dict[str, str] = {}
     for cls in reversed(config_class.__mro__):
         if not dataclasses.is_dataclass(cls):
@@ -120,8 +122,8 @@ def config_fields(config_class: type) -> list[dict[str, str]]:
     rows = []
     for field in dataclasses.fields(config_class):
         default = field.default if field.default is not dataclasses.MISSING else field.default_factory()
-        doc = docs.get(field.name, "")
-        rows.append({"name": field.name, "type": str(field.type), "default": repr(default), "doc": doc})
+        doc, valid = docs.get(field.name, ""), describe_limits(field_limits(config_class, field.name))
+        rows.append({"name": field.name, "type": str(field.type), "default": repr(default), "valid": valid, "doc": doc})
     return rows
 
 
@@ -151,10 +153,10 @@ def algorithms_page() -> str:
 
 
 def settings_table(config_class: type) -> list[str]:
-    lines = ["| setting | type | default | what it does |", "|---|---|---|---|"]
+    lines = ["| setting | type | default | valid values | what it does |", "|---|---|---|---|---|"]
     for row in config_fields(config_class):
         doc = " ".join(row["doc"].split()).replace("|", "\\|")
-        cells = [f"`{row['name']}`", f"`{row['type']}`", f"`{row['default']}`".replace("|", "\\|"), doc]
+        cells = [f"`{row['name']}`", f"`{row['type']}`", f"`{row['default']}`", row["valid"], doc]
         lines.append("| " + " | ".join(cells) + " |")
     return [*lines, ""]
 

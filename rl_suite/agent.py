@@ -30,7 +30,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from rl_suite.config import from_plain, split_overrides, to_plain
+from rl_suite.config import check_settings, from_plain, split_overrides, to_plain
 from rl_suite.device import resolve_device
 from rl_suite.multiagent import MultiAgentVecEnv
 from rl_suite.spaces import space_from_dict, space_to_dict
@@ -63,6 +63,7 @@ class Agent:
         if overrides:
             (values,) = split_overrides(overrides, self.Config)
             config = type(config)(**{**to_plain(config), **values})
+        check_settings(config, self.name)  # before anything is built
         self.config = config
         self.observation_space, self.action_space = observation_space, action_space
         self.device = resolve_device(device)

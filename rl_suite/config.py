@@ -1,4 +1,10 @@
-"""Settings as frozen dataclasses, overridden from YAML files and ``--set KEY=VALUE``, with clear errors."""
+"""Settings as frozen dataclasses, overridden from YAML files and ``--set KEY=VALUE``, with clear errors.
+
+A field declares its valid values next to its docstring with ``setting``: ``gamma: float = setting(0.99, at_least=0,
+at_most=1)``, ``activation: str = setting("tanh", choices=("tanh", "relu"))``; ``check_settings`` refuses a value
+outside them, naming the field, the value and the range, before anything is built (``Agent.__init__``, ``RunConfig``),
+and the documentation's reference shows them (``describe_limits``). A subclass that redeclares a field to change its
+default keeps the base's limits (``field_limits``)."""
 
 from __future__ import annotations
 
@@ -14,6 +20,76 @@ import yaml
 
 class ConfigError(ValueError):
     """A setting that does not exist or does not parse."""
+
+
+LIMITS = "limits"  # the key of a field's metadata that ``setting`` writes
+
+
+def setting(
+    default: Any,
+    *,
+    at_least: float | None = None,
+    above: float | None = None,
+    at_most: float | None = None,
+    below: float | None = None,
+    choices: tuple | None = None,
+) -> Any:
+    """A dataclass field with ``default`` and the values it accepts: bounds on a number (or on each number of a
+    tuple), or a tuple of ``choices``. ``None``, where the field's type allows it, passes."""
+    limits = {
+        name: value
+        for name, value in (("at_least", at_least), ("above", above), ("at_most", at_most), ("below", below),
+                            ("choices", choices))
+        if value is not None
+    }  # fmt: skip
+    return dataclasses.field(default=default, metadata={LIMITS: limits})
+
+
+def field_limits(config_class: type, name: str) -> dict[str, Any]:
+    """The valid values that field ``name`` of a config dataclass declares (``setting``), or that the nearest base
+    class declares for it, where a subclass redeclares the field only to change its default; ``{}`` if none."""
+    for cls in config_class.__mro__:
+        field = getattr(cls, "__dataclass_fields__", {}).get(name)
+        if field is not None and LIMITS in field.metadata:
+            return field.metadata[LIMITS]
+    return {}
+
+
+def describe_limits(limits: dict[str, Any]) -> str:
+    """Valid values in words (``">= 0, <= 1"``, ``"one of 'tanh', 'relu'"``), or ``""`` where there are none."""
+    words = {"at_least": ">=", "above": ">", "at_most": "<=", "below": "<"}
+    parts = [f"{words[name]} {value:g}" for name, value in limits.items() if name in words]
+    if "choices" in limits:
+        parts.append("one of " + ", ".join(repr(choice) for choice in limits["choices"]))
+    return ", ".join(parts)
+
+
+def _within(value: Any, limits: dict[str, Any]) -> bool:
+    if "choices" in limits:
+        return value in limits["choices"]
+    if isinstance(value, (tuple, list)):
+        return all(_within(item, limits) for item in value)
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return True  # the type is coerce's to check
+    return (
+        ("at_least" not in limits or value >= limits["at_least"])
+        and ("above" not in limits or value > limits["above"])
+        and ("at_most" not in limits or value <= limits["at_most"])
+        and ("below" not in limits or value < limits["below"])
+        and value == value  # not NaN
+    )
+
+
+def check_settings(config, who: str) -> None:
+    """Refuse a config whose fields hold values outside those they declare (``setting``), naming each such field,
+    its value and its range: ``"ppo: gamma=1.5 is out of range (>= 0, <= 1)"``."""
+    problems = []
+    for field in dataclasses.fields(config):
+        limits, value = field_limits(type(config), field.name), getattr(config, field.name)
+        if limits and value is not None and not _within(value, limits):
+            problems.append(f"{field.name}={value!r} is out of range ({describe_limits(limits)})")
+    if problems:
+        raise ConfigError(f"{who}: " + "; ".join(problems))
 
 
 def field_types(cls) -> dict[str, Any]:

@@ -15,8 +15,9 @@ from torch import nn
 from rl_suite import distributed
 from rl_suite.agent import Agent
 from rl_suite.buffers import RolloutBuffer, gae, running_returns, transition_spec
+from rl_suite.config import ConfigError, setting
 from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ActionScaler, RunningNorm, mlp, policy_head
+from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, mlp, policy_head
 from rl_suite.optim import finite_or_warn, gradient_step
 
 
@@ -108,6 +109,17 @@ def normalized(advantages: torch.Tensor) -> torch.Tensor:
     return (advantages - advantages.mean()) / (advantages.std() + 1e-8)
 
 
+def check_minibatches(who: str, count: int, n_steps: int, num_envs: int) -> None:
+    """Refuse ``count`` minibatches that do not divide a rollout's ``n_steps * num_envs`` samples (``minibatches``
+    would drop the remainder, and more minibatches than samples make one-sample gradient steps)."""
+    samples = n_steps * num_envs
+    if samples % count:
+        raise ConfigError(
+            f"{who}: minibatches={count} must divide the rollout's n_steps * num_envs = {n_steps} * {num_envs} = "
+            f"{samples:,} samples"
+        )
+
+
 def minibatches(samples: dict[str, torch.Tensor], count: int, device) -> Iterator[dict[str, torch.Tensor]]:
     """One epoch: the samples shuffled (one gather per field) and cut into ``count`` equal slices."""
     size = next(iter(samples.values())).shape[0]
@@ -160,29 +172,30 @@ class OnPolicyConfig:
     and GAE, the clipped surrogate, the gradient step, the networks' shape and the normalisers. An agent's config
     derives from this one and adds its own fields; it redeclares a field here only to change its default."""
 
-    n_steps: int = 32
+    n_steps: int = setting(32, at_least=1)
     """Rollout length T: steps per environment collected each iteration."""
-    epochs: int = 10
+    epochs: int = setting(10, at_least=1)
     """Passes over each rollout."""
-    minibatches: int = 4
+    minibatches: int = setting(4, at_least=1)
     """Minibatches per epoch (the rollout's T * N samples are shuffled and split)."""
-    lr: float = 3e-4
-    """Learning rate of the one optimiser (the start value where a schedule or a KL rule moves it)."""
-    gamma: float = 0.99
+    lr: float = setting(3e-4, at_least=0)
+    """Learning rate of the one optimiser (the start value where a schedule or a KL rule moves it); 0 holds the
+    networks still."""
+    gamma: float = setting(0.99, at_least=0, at_most=1)
     """Discount factor."""
-    gae_lambda: float = 0.95
+    gae_lambda: float = setting(0.95, at_least=0, at_most=1)
     """GAE's lambda: 0 is one-step TD, 1 is Monte Carlo."""
-    clip_range: float = 0.2
+    clip_range: float = setting(0.2, above=0)
     """epsilon of the clipped surrogate."""
-    vf_coef: float = 0.5
+    vf_coef: float = setting(0.5, at_least=0)
     """Weight of the value loss."""
-    max_grad_norm: float = 0.5
+    max_grad_norm: float = setting(0.5, at_least=0)
     """Clip the global gradient norm to this; 0 for none."""
     normalize_advantages: bool = True
     """Standardise advantages within each minibatch."""
-    hidden: tuple[int, ...] = (64, 64)
+    hidden: tuple[int, ...] = setting((64, 64), at_least=1)
     """Hidden layer widths of the actor (a flow policy's velocity network) and of the critic, separate networks."""
-    activation: str = "tanh"
+    activation: str = setting("tanh", choices=tuple(ACTIVATIONS))
     """Activation of the hidden layers: tanh, relu, elu or silu."""
     normalize_obs: bool = True
     """Normalise observations with running statistics kept in the policy."""
@@ -193,7 +206,7 @@ class OnPolicyConfig:
     scale_rewards: bool = False
     """Divide rewards by a running standard deviation of the discounted return (as CleanRL's and SB3's reward
     normalisation do); helps tasks whose rewards are large or all negative, such as Pendulum."""
-    action_bounds: str = "scale"
+    action_bounds: str = setting("scale", choices=ActionScaler.MODES)
     """How a ``Box``'s finite bounds apply to the policy's actions: ``scale`` maps ``[-1, 1]`` onto them (clipping
     first); ``clip`` takes the action as the env's own and clips it to them, for spaces whose zero means something (a
     legged robot's offsets from its default pose, whose bounds are its joint ranges: agents/hyperparams/ppo.yaml)."""
@@ -270,6 +283,8 @@ class OnPolicyAgent(Agent):
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
         """A rollout of ``n_steps`` of ``rollout_spec``'s fields."""
+        if hasattr(self.config, "minibatches"):  # a config of its own may lack the field (CONTRIBUTING.md)
+            check_minibatches(self.name, self.config.minibatches, self.config.n_steps, num_envs)
         return RolloutBuffer(self.config.n_steps, num_envs, self.rollout_spec(), self.device)
 
     @torch.no_grad()

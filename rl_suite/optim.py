@@ -61,14 +61,6 @@ def expectile_weights(error: torch.Tensor, expectile: float) -> torch.Tensor:
     return torch.where(error < 0, 2.0 * (1.0 - expectile), 2.0 * expectile)
 
 
-def check_expectile(expectile: float, anneal_steps: int) -> None:
-    """Refuse an expectile outside [0.5, 1) or a negative annealing length."""
-    if not 0.5 <= expectile < 1.0 or anneal_steps < 0:
-        raise ValueError(
-            f"expectile must be in [0.5, 1) and expectile_anneal_steps not negative, got {expectile} and {anneal_steps}"
-        )
-
-
 def annealed_expectile(start: float, anneal_steps: int, progress: float, env_steps: int) -> float:
     """Annealed Q-learning's schedule (Omura et al., 2025): the expectile moved linearly from ``start`` to 0.5 over
     ``anneal_steps`` env steps (0: over the run's step budget, whose spent fraction is ``progress``), and 0.5 after."""

@@ -50,7 +50,7 @@ from rl_suite.checkpoint import (
 )
 from rl_suite.collector import Collector
 from rl_suite.compiled import make_collector
-from rl_suite.config import to_plain
+from rl_suite.config import check_settings, setting, to_plain
 from rl_suite.device import cpu_name
 from rl_suite.env import VecEnv
 from rl_suite.logger import NullLogger, RunLogger, tracker_names
@@ -65,31 +65,31 @@ class RunConfig:
     """Algorithm name, as registered (``rl-suite algos``)."""
     env_id: str = "CartPole-v1"
     """Environment id, as registered (``rl-suite envs``), or ``gym:<id>``."""
-    num_envs: int = 16
+    num_envs: int = setting(16, at_least=1)
     """Environments stepped in parallel for training, per rank under torchrun (the run steps ``world_size`` times as
     many)."""
-    seed: int = 0
+    seed: int = setting(0, at_least=0)
     """Seeds torch, the training envs' random streams and the evaluation envs' (with an offset)."""
     device: str = "cpu"
     """Where the envs, the buffers and the networks live."""
-    total_steps: int = 100_000
+    total_steps: int = setting(100_000, at_least=1)
     """Step budget: env steps summed over all environments (of all ranks, under torchrun). Every step count of a run
     (logging, evaluation and checkpoint intervals, env steps per second) counts all ranks' steps."""
-    time_budget_s: float | None = None
+    time_budget_s: float | None = setting(None, above=0)
     """Wall-clock budget in seconds, evaluation included; ``None`` for none."""
     stop_at_return: float | None = None
     """Stop as soon as an evaluation's mean return reaches this; ``None`` to train for the whole budget."""
-    stop_at_win_rate: float | None = None
+    stop_at_win_rate: float | None = setting(None, at_least=0, at_most=1)
     """Stop as soon as an evaluation's win rate (tasks with winners: the skirmishes) reaches this."""
-    eval_every_steps: int = 25_000
+    eval_every_steps: int = setting(25_000, at_least=0)
     """Evaluate every this many env steps (and at the end)."""
-    eval_episodes: int = 100
+    eval_episodes: int = setting(100, at_least=0)
     """Episodes per evaluation, run at once on a batched env (one episode per environment)."""
-    log_every_steps: int = 10_000
+    log_every_steps: int = setting(10_000, at_least=1)
     """Write scalars and refresh the progress display every this many env steps."""
-    checkpoint_every_steps: int = 100_000
+    checkpoint_every_steps: int = setting(100_000, at_least=1)
     """Write a checkpoint every this many env steps (and at the end)."""
-    video_every_steps: int = 0
+    video_every_steps: int = setting(0, at_least=0)
     """Record a video of one evaluation episode every this many env steps (and at the end) into ``videos/`` and
     TensorBoard; 0 for none. Needs an environment that renders (the classic and MuJoCo tasks)."""
     init_from: str | None = None
@@ -97,7 +97,7 @@ class RunConfig:
     same algorithm. Weights and observation statistics carry over, observation terms added at the end start with
     zero weights; optimisers and counters start afresh (``rl_suite.checkpoint.warm_start``). A resumed run ignores
     it."""
-    keep_checkpoints: int = 2
+    keep_checkpoints: int = setting(2, at_least=1)
     """How many of the newest checkpoints to keep."""
     checkpoint_buffer: bool = True
     """Include a replay buffer's contents in checkpoints, so that a resumed off-policy run continues exactly."""
@@ -109,7 +109,7 @@ class RunConfig:
     interval, at most one every 5 s (steps, steps/s, mean return of the episodes that ended, the last evaluation)."""
     env_kwargs: dict = dataclasses.field(default_factory=dict)
     """Keyword arguments for the environment (task settings such as ``g`` for Pendulum)."""
-    compile: str = "none"
+    compile: str = setting("none", choices=("none", "compile", "cuda_graph"))
     """The hot loop (act + env step + buffer write): ``none`` (eager), ``compile`` (``torch.compile`` of the env step
     and ``agent.act``, for teams too; bitwise equal to eager on the CPU with ``compile_exact``, where the task keeps
     the default scalar ``compile_options``) or ``cuda_graph`` (each rollout captured as one CUDA graph; CUDA,
@@ -118,9 +118,12 @@ class RunConfig:
     """With ``compile="compile"`` on the CPU: compiled rollouts bitwise equal to eager ones (otherwise they differ by
     an ulp here and there). It replaces private inductor lowerings for the whole process, for every later
     ``torch.compile`` in it, and was checked on torch 2.13 only (see rl_suite/exact_compile.py)."""
-    distributed_timeout_s: float = 1800.0
+    distributed_timeout_s: float = setting(1800.0, above=0)
     """Under torchrun: how long a collective waits for a rank that stopped answering before the run fails (a rank
     that dies ends the run sooner: torchrun stops the other workers)."""
+
+    def __post_init__(self):
+        check_settings(self, "run")
 
 
 def env_id_as_name(env_id: str) -> str:

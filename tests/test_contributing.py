@@ -22,10 +22,11 @@ import rl_suite
 from rl_suite import registry
 from rl_suite.agent import Agent
 from rl_suite.agents import PPO
-from rl_suite.config import ConfigError, read_yaml, split_overrides
+from rl_suite.config import ConfigError, check_settings, read_yaml, split_overrides
 from rl_suite.deploy.export import export_policy
 from rl_suite.deploy.inference import ExportError, InferencePolicy, MLPInference
 from rl_suite.networks import mlp
+from rl_suite.onpolicy import OnPolicyAgent, check_minibatches
 from rl_suite.runner import RunConfig
 from rl_suite.settings import new_run_settings
 
@@ -145,7 +146,10 @@ def settings_problems(algo: type[Agent], path: pathlib.Path, env_ids: list[str])
             continue
         try:
             run_values, agent_values = split_overrides({**default, **settings}, RunConfig, algo.Config)
-            RunConfig(**run_values), algo.Config(**agent_values)
+            run, agent = RunConfig(**run_values), algo.Config(**agent_values)  # RunConfig checks its ranges
+            check_settings(agent, algo.name)
+            if issubclass(algo, OnPolicyAgent) and hasattr(agent, "minibatches"):  # as its make_buffer checks
+                check_minibatches(algo.name, agent.minibatches, agent.n_steps, run.num_envs)
         except (ConfigError, TypeError, ValueError) as error:
             problems.append(f"{where}: section {name!r}: {error}")
     return problems

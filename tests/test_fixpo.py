@@ -88,10 +88,9 @@ def test_a_capped_fixup_warns_and_is_counted():
 
 def test_bad_settings_are_refused():
     box = gym.spaces.Box(-1.0, 1.0, (3,))
-    message = r"fixpo: kl_bound must be > 0, kl_target_coef >= 1 .* got 0.0, 3.0, 1.0 and 10000"
-    with pytest.raises(ValueError, match=message):
+    with pytest.raises(ValueError, match=r"fixpo: kl_bound=0.0 is out of range \(> 0\)"):
         FixPO(box, box, kl_bound=0.0)
-    with pytest.raises(ValueError, match=r"got 0.5, 0.5, 1.0 and 10000"):
+    with pytest.raises(ValueError, match=r"fixpo: kl_target_coef=0.5 is out of range \(>= 1\)"):
         FixPO(box, box, kl_target_coef=0.5)
 
 
@@ -144,5 +143,5 @@ def test_a_flow_policy_needs_continuous_actions_and_a_known_policy_name():
     box = gym.spaces.Box(-1.0, 1.0, (3,))
     with pytest.raises(ValueError, match=r"fixpo: policy 'flow' needs continuous actions \(a Box\), got Discrete"):
         FixPO(box, gym.spaces.Discrete(4), policy="flow")
-    with pytest.raises(ValueError, match=r"fixpo: unknown policy 'diffusion'; choose 'gaussian' or 'flow'"):
+    with pytest.raises(ValueError, match=r"fixpo: policy='diffusion' is out of range \(one of 'gaussian', 'flow'\)"):
         FixPO(box, box, policy="diffusion")

@@ -198,10 +198,10 @@ def test_the_reward_scale_on_hand_computed_numbers():
     "settings, message",
     [
         (dict(batch_size=2048, buffer_size=1024), "batch_size=2048 is larger than buffer_size=1024"),
-        (dict(updates_per_transition=0.0), "updates_per_transition must be above 0"),
-        (dict(updates_per_env_step=-1.0), "updates_per_env_step at least 0, got 1.0 and -1.0"),
-        (dict(expansion=0), "expansion must be at least 1"),
-        (dict(v_min=1.0, v_max=1.0), "v_min < v_max"),
+        (dict(updates_per_transition=0.0), r"flashsac: updates_per_transition=0.0 is out of range \(> 0\)"),
+        (dict(updates_per_env_step=-1.0), r"flashsac: updates_per_env_step=-1.0 is out of range \(>= 0\)"),
+        (dict(expansion=0), r"flashsac: expansion=0 is out of range \(>= 1\)"),
+        (dict(v_min=1.0, v_max=1.0), "flashsac: a distributional critic needs v_min < v_max, got 1.0 and 1.0"),
     ],
 )
 def test_settings_that_make_no_sense_are_refused(settings, message):

@@ -102,8 +102,9 @@ def test_the_shared_critic_tells_agents_apart_by_id():
     "settings, message",
     [
         ({"batch_size": 2048, "buffer_size": 1000}, r"batch_size \(2048\) must not exceed buffer_size \(1000\)"),
-        ({"utd_ratio": 0.0}, "utd_ratio must be positive, got 0.0"),
-        ({"gumbel_temperature": -1.0}, "gumbel_temperature must be positive, got -1.0"),
+        ({"utd_ratio": 0.0}, r"maddpg: utd_ratio=0.0 is out of range \(> 0\)"),
+        ({"gumbel_temperature": -1.0}, r"maddpg: gumbel_temperature=-1.0 is out of range \(> 0\)"),
+        ({"batch_size": 0}, r"maddpg: batch_size=0 is out of range \(>= 1\)"),
     ],
 )
 def test_bad_settings_are_refused(settings, message):

@@ -66,10 +66,12 @@ def test_the_expectile_weights_and_their_schedule_on_hand_computed_numbers():
 
 
 def test_settings_that_do_not_combine_are_refused():
-    with pytest.raises(ValueError, match="critic must be one of 'twin', 'dsac'"):
+    with pytest.raises(ValueError, match=r"sac: critic='quantile' is out of range \(one of 'twin', 'dsac'\)"):
         SAC(OBS, ACTIONS, critic="quantile")
-    with pytest.raises(ValueError, match="expectile must be in"):
+    with pytest.raises(ValueError, match=r"sac: expectile=1.0 is out of range \(>= 0.5, < 1\)"):
         SAC(OBS, ACTIONS, expectile=1.0)
+    with pytest.raises(ValueError, match="a distributional critic needs v_min < v_max, got 2.0 and -2.0"):
+        PQL(OBS, ACTIONS, distributional=True, v_min=2.0, v_max=-2.0)
     with pytest.raises(ValueError, match="not to critic='dsac'"):
         SAC(OBS, ACTIONS, critic="dsac", expectile=0.9)
     with pytest.raises(ValueError, match="not to PQL-D"):
