@@ -22,7 +22,7 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT_FILES = ("*.md", "*.png", "*.csv")  # what a report links to beside it
-VERDICT = re.compile(r"^(Goal|Verdict|Claim)\b.*", re.M)  # the scripts' verdict lines ("Goal (...): met, ...")
+VERDICT = re.compile(r"\b(met|missed|verdict)\b", re.I)  # what a script's goal or verdict line says
 
 
 SOURCES = ROOT / "build" / "api-sources"  # mkdocs.yml's mkdocstrings paths
@@ -179,8 +179,13 @@ def cli_page() -> str:
 
 
 def verdicts(text: str) -> list[str]:
-    """A report's verdict lines (its goal, met or missed), as the script wrote them."""
-    return [match.group(0).strip() for match in VERDICT.finditer(text)]
+    """A report's verdict lines, as the script wrote them: a line that opens with "Goal" or "Verdict" (or a bullet
+    under one) and says met, missed or verdict."""
+    return [
+        line.strip().removeprefix("- ")
+        for line in text.splitlines()
+        if line.startswith(("Goal", "Verdict", "- ")) and VERDICT.search(line)
+    ]
 
 
 def results_index(reports: list[pathlib.Path]) -> str:

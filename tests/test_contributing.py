@@ -1,6 +1,6 @@
 """CONTRIBUTING.md's promises, kept: every registered algorithm ships valid tuned settings, has a row in the README's
-Agents table and exports or says why not; every registered task id has a row in the README's Environments tables that
-agrees with the env; the README names every adapter and physics backend; the paths CONTRIBUTING.md names exist; and
+Agents table and exports or says why not; every registered task id has a row in the Environments tables of
+docs/reference/tasks.md that agrees with the env; that page names every adapter and physics backend; the paths CONTRIBUTING.md names exist; and
 its examples run. Each check returns the problems it finds, in words that tell a contributor what to add, and each is
 also shown failing on a broken input."""
 
@@ -32,6 +32,7 @@ from rl_suite.settings import new_run_settings
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
+TASKS = (ROOT / "docs" / "reference" / "tasks.md").read_text()  # the tasks' tables, moved from the README
 CONTRIBUTING = (ROOT / "CONTRIBUTING.md").read_text()
 
 
@@ -208,7 +209,7 @@ def env_rows(readme: str) -> dict[str, dict[str, str]]:
 
 
 def space_text(space: gym.Space) -> str:
-    """A space as the README's tables write it: ``Discrete(2)``, ``Box(-2, 2, (1,))``, and where the bounds differ
+    """A space as the tasks page's tables write it: ``Discrete(2)``, ``Box(-2, 2, (1,))``, and where the bounds differ
     between dimensions, their ranges: ``Box(-1..-0.8, 0.8..1.1, (12,))``."""
     if isinstance(space, gym.spaces.Box):
         low, high = np.unique(space.low), np.unique(space.high)
@@ -237,7 +238,7 @@ def env_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) -> lis
     for env_id in env_ids:
         if env_id not in rows:
             problems.append(
-                f"README.md has no row for `{env_id}` in its Environments tables: add one to its family's table "
+                f"docs/reference/tasks.md has no row for `{env_id}` in its Environments tables: add one to its family's table "
                 "(see CONTRIBUTING.md)"
             )
             continue
@@ -252,7 +253,7 @@ def env_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) -> lis
             if column == "agents":
                 stated = re.match(r"\d*", stated).group()
             if stated != fact:
-                problems.append(f"README.md's row for `{env_id}` says {column} {stated!r}; the env has {fact!r}")
+                problems.append(f"docs/reference/tasks.md's row for `{env_id}` says {column} {stated!r}; the env has {fact!r}")
     return problems
 
 
@@ -260,12 +261,12 @@ def adapter_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) ->
     """Every row names a registered id or an adapter prefix (``gym:<any id>``), and every prefix has its row."""
     prefixes = {env_id.split(":")[0] for env_id in rows if ":" in env_id}
     problems = [
-        f"README.md's Environments tables list `{env_id}`, which is neither registered nor an adapter prefix"
+        f"docs/reference/tasks.md's Environments tables list `{env_id}`, which is neither registered nor an adapter prefix"
         for env_id in rows
         if env_id not in env_ids and env_id.split(":")[0] not in registry.ADAPTER_PREFIXES
     ]
     problems += [
-        f"README.md's Environments tables have no row for the adapter prefix `{prefix}:`"
+        f"docs/reference/tasks.md's Environments tables have no row for the adapter prefix `{prefix}:`"
         for prefix in registry.ADAPTER_PREFIXES
         if prefix not in prefixes
     ]
@@ -273,16 +274,16 @@ def adapter_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) ->
 
 
 def named_module_problems(readme: str, adapters: list[str], backends: list[str]) -> list[str]:
-    """The README names each adapter module and describes each physics backend in its MuJoCo section."""
+    """The tasks page names each adapter module and describes each physics backend in its MuJoCo section."""
     problems = [
-        f"README.md does not name envs/adapters/{name}.py: add it to the Adapters section (an import line and what "
+        f"docs/reference/tasks.md does not name envs/adapters/{name}.py: add it to the Adapters section (an import line and what "
         "it assumes of the simulator)"
         for name in adapters
         if not re.search(rf"adapters[./]{name}\b", readme)
     ]
     mujoco = section(readme, "### MuJoCo")
     problems += [
-        f"README.md's MuJoCo section does not describe the physics backend {name!r}: add a bullet `- `{name}`: ...`"
+        f"docs/reference/tasks.md's MuJoCo section does not describe the physics backend {name!r}: add a bullet `- `{name}`: ...`"
         for name in backends
         if not re.search(rf"^\s*- `{name}`:", mujoco, flags=re.M)
     ]
@@ -403,7 +404,7 @@ def test_every_algorithm_exports_or_says_why_not(tmp_path):
 
 def test_every_registered_task_has_a_row_in_the_readmes_environment_tables_that_agrees_with_it():
     pytest.importorskip("mujoco")
-    rows, env_ids = env_rows(README), native_env_ids()
+    rows, env_ids = env_rows(TASKS), native_env_ids()
     problems = env_row_problems(rows, env_ids) + adapter_row_problems(rows, env_ids)
     assert not problems, "\n".join(problems)
 
@@ -413,7 +414,7 @@ def test_the_readme_names_every_adapter_and_physics_backend():
     from rl_suite.envs.mujoco.env import BACKENDS
 
     adapters = sorted(path.stem for path in (ROOT / "envs" / "adapters").glob("[!_]*.py"))
-    problems = named_module_problems(README, adapters, list(BACKENDS))
+    problems = named_module_problems(TASKS, adapters, list(BACKENDS))
     assert not problems, "\n".join(problems)
 
 
@@ -449,9 +450,9 @@ def example(heading: str, language: str) -> str:
     return code
 
 
-def under_readme_header(heading: str, row: str) -> str:
-    """``row`` under the header of the first table in the README's section ``heading``: that section, in short."""
-    header = [line for line in section(README, heading).splitlines() if line.startswith("|")][:2]
+def under_header(text: str, heading: str, row: str) -> str:
+    """``row`` under the header of the first table in ``text``'s section ``heading``: that section, in short."""
+    header = [line for line in section(text, heading).splitlines() if line.startswith("|")][:2]
     return "\n".join([heading, "", *header, row])
 
 
@@ -466,14 +467,14 @@ def test_the_algorithm_example_trains_saves_loads_and_exports_and_its_yaml_and_r
     path.parent.mkdir()
     path.write_text(example(heading, "yaml"))
     assert settings_problems(a2c, path, native_env_ids()) == []
-    rows = agents_table(under_readme_header("## Agents", example(heading, "markdown")))
+    rows = agents_table(under_header(README, "## Agents", example(heading, "markdown")))
     assert agent_row_problems(rows, {"a2c": (a2c, "agents/a2c.py")}) == []
 
 
 def test_the_task_example_runs_and_its_row_agrees_with_it(tmp_path, monkeypatch, registries):
     heading = "## A new task in an existing family"
     run_examples(heading, tmp_path, monkeypatch)  # registers DoubleIntegrator-v0, steps it 100 times, asserts
-    rows = env_rows(under_readme_header("## Environments", example(heading, "markdown")))
+    rows = env_rows(under_header(TASKS, "## Environments", example(heading, "markdown")))
     assert env_row_problems(rows, ["DoubleIntegrator-v0"]) == []
 
 
@@ -539,30 +540,30 @@ def test_a_missing_wrong_or_stale_agents_row_is_reported():
 
 
 def test_a_missing_wrong_or_stale_environment_row_is_reported():
-    rows = env_rows(README)
+    rows = env_rows(TASKS)
     del rows["CartPole-v1"], rows["pz:<module>"]
     rows["Bogus-v0"] = {"id": "`Bogus-v0`"}
     rows["Pendulum-v1"] = {**rows["Pendulum-v1"], "time limit": "201", "action": "Box(-1, 1, (1,))"}
     rows["Skirmish-3m-v0"] = {**rows["Skirmish-3m-v0"], "agents": "4", "state": "22"}
     env_ids = ["CartPole-v1", "Pendulum-v1", "Skirmish-3m-v0"]
     assert env_row_problems(rows, env_ids) + adapter_row_problems(rows, native_env_ids()) == [
-        "README.md has no row for `CartPole-v1` in its Environments tables: add one to its family's table "
+        "docs/reference/tasks.md has no row for `CartPole-v1` in its Environments tables: add one to its family's table "
         "(see CONTRIBUTING.md)",
-        "README.md's row for `Pendulum-v1` says time limit '201'; the env has '200'",
-        "README.md's row for `Pendulum-v1` says action 'Box(-1, 1, (1,))'; the env has 'Box(-2, 2, (1,))'",
-        "README.md's row for `Skirmish-3m-v0` says agents '4'; the env has '3'",
-        "README.md's row for `Skirmish-3m-v0` says state '22'; the env has '21'",
-        "README.md's Environments tables list `Bogus-v0`, which is neither registered nor an adapter prefix",
-        "README.md's Environments tables have no row for the adapter prefix `pz:`",
+        "docs/reference/tasks.md's row for `Pendulum-v1` says time limit '201'; the env has '200'",
+        "docs/reference/tasks.md's row for `Pendulum-v1` says action 'Box(-1, 1, (1,))'; the env has 'Box(-2, 2, (1,))'",
+        "docs/reference/tasks.md's row for `Skirmish-3m-v0` says agents '4'; the env has '3'",
+        "docs/reference/tasks.md's row for `Skirmish-3m-v0` says state '22'; the env has '21'",
+        "docs/reference/tasks.md's Environments tables list `Bogus-v0`, which is neither registered nor an adapter prefix",
+        "docs/reference/tasks.md's Environments tables have no row for the adapter prefix `pz:`",
     ]
 
 
 def test_an_adapter_or_backend_the_readme_does_not_name_is_reported():
-    readme = README.replace("adapters/pettingzoo.py", "adapters/").replace("- `warp`:", "- warp:")
+    readme = TASKS.replace("adapters/pettingzoo.py", "adapters/").replace("- `warp`:", "- warp:")
     assert named_module_problems(readme, ["gymnasium", "pettingzoo"], ["cpu", "warp"]) == [
-        "README.md does not name envs/adapters/pettingzoo.py: add it to the Adapters section (an import line and what "
+        "docs/reference/tasks.md does not name envs/adapters/pettingzoo.py: add it to the Adapters section (an import line and what "
         "it assumes of the simulator)",
-        "README.md's MuJoCo section does not describe the physics backend 'warp': add a bullet `- `warp`: ...`",
+        "docs/reference/tasks.md's MuJoCo section does not describe the physics backend 'warp': add a bullet `- `warp`: ...`",
     ]
 
 
