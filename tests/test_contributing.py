@@ -1,8 +1,8 @@
 """CONTRIBUTING.md's promises, kept: every registered algorithm ships valid tuned settings, has a row in the README's
 Agents table and exports or says why not; every registered task id has a row in the Environments tables of
-docs/reference/tasks.md that agrees with the env; that page names every adapter and physics backend; the paths CONTRIBUTING.md names exist; and
-its examples run. Each check returns the problems it finds, in words that tell a contributor what to add, and each is
-also shown failing on a broken input."""
+docs/reference/tasks.md that agrees with the env; that page names every adapter and physics backend; the paths
+CONTRIBUTING.md names exist; and its examples run. Each check returns the problems it finds, in words that tell a
+contributor what to add, and each is also shown failing on a broken input."""
 
 from __future__ import annotations
 
@@ -238,8 +238,8 @@ def env_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) -> lis
     for env_id in env_ids:
         if env_id not in rows:
             problems.append(
-                f"docs/reference/tasks.md has no row for `{env_id}` in its Environments tables: add one to its family's table "
-                "(see CONTRIBUTING.md)"
+                f"docs/reference/tasks.md has no row for `{env_id}` in its Environments tables: add one to its "
+                "family's table (see CONTRIBUTING.md)"
             )
             continue
         with rl_suite.make(env_id, num_envs=1) as env:
@@ -253,7 +253,9 @@ def env_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) -> lis
             if column == "agents":
                 stated = re.match(r"\d*", stated).group()
             if stated != fact:
-                problems.append(f"docs/reference/tasks.md's row for `{env_id}` says {column} {stated!r}; the env has {fact!r}")
+                problems.append(
+                    f"docs/reference/tasks.md's row for `{env_id}` says {column} {stated!r}; the env has {fact!r}"
+                )
     return problems
 
 
@@ -261,7 +263,8 @@ def adapter_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) ->
     """Every row names a registered id or an adapter prefix (``gym:<any id>``), and every prefix has its row."""
     prefixes = {env_id.split(":")[0] for env_id in rows if ":" in env_id}
     problems = [
-        f"docs/reference/tasks.md's Environments tables list `{env_id}`, which is neither registered nor an adapter prefix"
+        f"docs/reference/tasks.md's Environments tables list `{env_id}`, which is neither registered nor an adapter "
+        "prefix"
         for env_id in rows
         if env_id not in env_ids and env_id.split(":")[0] not in registry.ADAPTER_PREFIXES
     ]
@@ -276,14 +279,15 @@ def adapter_row_problems(rows: dict[str, dict[str, str]], env_ids: list[str]) ->
 def named_module_problems(readme: str, adapters: list[str], backends: list[str]) -> list[str]:
     """The tasks page names each adapter module and describes each physics backend in its MuJoCo section."""
     problems = [
-        f"docs/reference/tasks.md does not name envs/adapters/{name}.py: add it to the Adapters section (an import line and what "
-        "it assumes of the simulator)"
+        f"docs/reference/tasks.md does not name envs/adapters/{name}.py: add it to the Adapters section (an import "
+        "line and what it assumes of the simulator)"
         for name in adapters
         if not re.search(rf"adapters[./]{name}\b", readme)
     ]
     mujoco = section(readme, "### MuJoCo")
     problems += [
-        f"docs/reference/tasks.md's MuJoCo section does not describe the physics backend {name!r}: add a bullet `- `{name}`: ...`"
+        f"docs/reference/tasks.md's MuJoCo section does not describe the physics backend {name!r}: add a bullet "
+        f"`- `{name}`: ...`"
         for name in backends
         if not re.search(rf"^\s*- `{name}`:", mujoco, flags=re.M)
     ]
@@ -547,13 +551,15 @@ def test_a_missing_wrong_or_stale_environment_row_is_reported():
     rows["Skirmish-3m-v0"] = {**rows["Skirmish-3m-v0"], "agents": "4", "state": "22"}
     env_ids = ["CartPole-v1", "Pendulum-v1", "Skirmish-3m-v0"]
     assert env_row_problems(rows, env_ids) + adapter_row_problems(rows, native_env_ids()) == [
-        "docs/reference/tasks.md has no row for `CartPole-v1` in its Environments tables: add one to its family's table "
-        "(see CONTRIBUTING.md)",
+        "docs/reference/tasks.md has no row for `CartPole-v1` in its Environments tables: add one to its family's "
+        "table (see CONTRIBUTING.md)",
         "docs/reference/tasks.md's row for `Pendulum-v1` says time limit '201'; the env has '200'",
-        "docs/reference/tasks.md's row for `Pendulum-v1` says action 'Box(-1, 1, (1,))'; the env has 'Box(-2, 2, (1,))'",
+        "docs/reference/tasks.md's row for `Pendulum-v1` says action 'Box(-1, 1, (1,))'; the env has "
+        "'Box(-2, 2, (1,))'",
         "docs/reference/tasks.md's row for `Skirmish-3m-v0` says agents '4'; the env has '3'",
         "docs/reference/tasks.md's row for `Skirmish-3m-v0` says state '22'; the env has '21'",
-        "docs/reference/tasks.md's Environments tables list `Bogus-v0`, which is neither registered nor an adapter prefix",
+        "docs/reference/tasks.md's Environments tables list `Bogus-v0`, which is neither registered nor an adapter "
+        "prefix",
         "docs/reference/tasks.md's Environments tables have no row for the adapter prefix `pz:`",
     ]
 
@@ -561,9 +567,10 @@ def test_a_missing_wrong_or_stale_environment_row_is_reported():
 def test_an_adapter_or_backend_the_readme_does_not_name_is_reported():
     readme = TASKS.replace("adapters/pettingzoo.py", "adapters/").replace("- `warp`:", "- warp:")
     assert named_module_problems(readme, ["gymnasium", "pettingzoo"], ["cpu", "warp"]) == [
-        "docs/reference/tasks.md does not name envs/adapters/pettingzoo.py: add it to the Adapters section (an import line and what "
-        "it assumes of the simulator)",
-        "docs/reference/tasks.md's MuJoCo section does not describe the physics backend 'warp': add a bullet `- `warp`: ...`",
+        "docs/reference/tasks.md does not name envs/adapters/pettingzoo.py: add it to the Adapters section (an import "
+        "line and what it assumes of the simulator)",
+        "docs/reference/tasks.md's MuJoCo section does not describe the physics backend 'warp': add a bullet "
+        "`- `warp`: ...`",
     ]
 
 
