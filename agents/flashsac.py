@@ -58,7 +58,7 @@ from torch import nn
 
 from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
-from rl_suite.buffers import ReplayBuffer, running_returns, transition_spec, updates_per_step
+from rl_suite.buffers import ReplayBuffer, owed_updates, running_returns, transition_spec, updates_per_step
 from rl_suite.categorical import distributional_target
 from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
@@ -335,8 +335,8 @@ class FlashSAC(Agent):
         if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
             return {}
         lr = c.lr_final + (c.lr - c.lr_final) * 0.5 * (1 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
-        self.update_credit += updates_per_step(c, buffer.num_envs) * c.steps_per_iteration
-        updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
+        earned = updates_per_step(c, buffer.num_envs) * c.steps_per_iteration  # fractional updates carry over
+        updates, self.update_credit = owed_updates(self.update_credit, earned)
         totals, counts = {}, {}
         for _ in range(updates):
             for key, value in self._update_once(buffer.sample(c.batch_size), lr).items():

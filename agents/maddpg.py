@@ -37,7 +37,7 @@ import torch
 from torch.nn import functional as F
 
 from rl_suite.agent import MultiAgentAgent
-from rl_suite.buffers import ReplayBuffer, transition_spec
+from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec
 from rl_suite.config import setting
 from rl_suite.deploy.inference import FrozenNorm, FrozenScale, InferencePolicy, random_availability, tensor_spec
 from rl_suite.networks import ACTIVATIONS, ActionScaler, EnsembleMLP
@@ -182,8 +182,8 @@ class MADDPG(MultiAgentAgent):
         c = self.config
         if self.env_steps_seen < c.learning_starts or len(buffer) < c.batch_size:
             return {}
-        self.update_credit += c.utd_ratio * buffer.num_envs * c.steps_per_iteration
-        updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
+        earned = c.utd_ratio * buffer.num_envs * c.steps_per_iteration  # fractional updates carry over
+        updates, self.update_credit = owed_updates(self.update_credit, earned)
         totals = {}
         for _ in range(updates):
             for key, value in self._update_once(buffer.sample(c.batch_size)).items():

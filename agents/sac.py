@@ -42,7 +42,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_suite.agent import Agent
-from rl_suite.buffers import ReplayBuffer, transition_spec, updates_per_step
+from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec, updates_per_step
 from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
@@ -209,8 +209,8 @@ class SAC(Agent):
             self.normalizer.update(buffer.recent("obs", c.steps_per_iteration))
             if self.critic_observation_space is not None:
                 self.critic_normalizer.update(buffer.recent("critic_obs", c.steps_per_iteration))
-        self.update_credit += updates_per_step(c, buffer.num_envs) * c.steps_per_iteration
-        updates, self.update_credit = int(self.update_credit), self.update_credit - int(self.update_credit)
+        earned = updates_per_step(c, buffer.num_envs) * c.steps_per_iteration  # fractional updates carry over
+        updates, self.update_credit = owed_updates(self.update_credit, earned)
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
             self.expectile = annealed_expectile(c.expectile, c.expectile_anneal_steps, progress, self.env_steps_seen)
         totals = {}

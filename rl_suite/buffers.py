@@ -66,6 +66,14 @@ def updates_per_step(config, num_envs: int) -> float:
     return config.updates_per_transition * num_envs
 
 
+def owed_updates(credit: float, earned: float) -> tuple[int, float]:
+    """The whole gradient updates owed once ``earned`` (fractional) updates join the ``credit`` carried over, and the
+    fraction carried on: ``(updates, credit)``."""
+    credit += earned
+    updates = int(credit)
+    return updates, credit - updates
+
+
 def check_fits_in_memory(nbytes: int, device: torch.device, what: str, setting: str) -> None:
     """Refuse, with a message that names ``setting``, storage that cannot fit on ``device``."""
     if device.type == "cuda":

@@ -86,7 +86,8 @@ class RunConfig:
     eval_episodes: int = setting(100, at_least=0)
     """Episodes per evaluation, run at once on a batched env (one episode per environment)."""
     log_every_steps: int = setting(10_000, at_least=1)
-    """Write scalars and refresh the progress display every this many env steps."""
+    """Write scalars and refresh the progress display every this many env steps; each training metric written is its
+    mean over the iterations since the last write."""
     checkpoint_every_steps: int = setting(100_000, at_least=1)
     """Write a checkpoint every this many env steps (and at the end)."""
     video_every_steps: int = setting(0, at_least=0)
@@ -266,7 +267,7 @@ class Runner:
             logger = NullLogger()
         started = time.perf_counter() - self.wall_time_before
         window = (time.perf_counter(), self.env_steps, self.iterations)
-        metrics: dict[str, torch.Tensor] = {}
+        window_metrics: dict[str, list] = {}  # each training metric's sum and count since the last log
         if self.warm_start_note:
             logger.message(self.warm_start_note)
         stop = distributed.broadcast_flag(self._should_stop(started))
@@ -275,13 +276,15 @@ class Runner:
             while not stop and not interrupt.requested:
                 self.collector.collect(self.agent.steps_per_iteration)
                 metrics = self.agent.update(self.buffer, progress=self.env_steps / config.total_steps)
+                add_metrics(window_metrics, metrics)
                 self.env_steps += steps_per_iteration
                 self.iterations += 1
                 logger.advance(self.env_steps)
                 stop = self._should_stop(started)
                 if main and (self.env_steps >= self.next_log or stop):
                     self.next_log = _next(self.env_steps, config.log_every_steps)
-                    window = self._log(logger, metrics, window)
+                    window = self._log(logger, window_means(window_metrics), window)
+                    window_metrics = {}
                 if self.eval_env is not None and (self.env_steps >= self.next_eval or stop):
                     self.next_eval = _next(self.env_steps, config.eval_every_steps)
                     self._evaluate(logger, time.perf_counter() - started)
@@ -569,6 +572,21 @@ class DeferredInterrupt:
             late_repeat = self.hung_up and number in self.REPEATABLE  # the parent-death signal's later copies
             signal.signal(number, signal.SIG_IGN if late_repeat else self._previous(number))
         self.previous = {}
+
+
+def add_metrics(sums: dict[str, list], metrics: dict[str, Any]) -> None:
+    """Add one iteration's metrics (tensors, read only when logged: no host sync) to the log window's ``[sum, count]``
+    per name, so that each logged value is the window's mean, not its last iteration's."""
+    for name, value in metrics.items():
+        if name in sums:
+            sums[name][0] = sums[name][0] + value
+            sums[name][1] += 1
+        else:  # a copy: an agent may return the same tensor, overwritten, every iteration
+            sums[name] = [value.detach().clone() if isinstance(value, torch.Tensor) else value, 1]
+
+
+def window_means(sums: dict[str, list]) -> dict[str, Any]:
+    return {name: total / count for name, (total, count) in sums.items()}
 
 
 def _next(steps: int, every: int) -> int:

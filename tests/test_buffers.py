@@ -207,3 +207,13 @@ def test_rollout_buffer_fills_in_place_and_is_reused():
         log_prob=torch.zeros(2),
     )
     assert buffer["obs"][0, 0, 0] == 7.0 and buffer["obs"].data_ptr() == storage
+
+
+def test_owed_updates_carry_the_fraction_over():
+    from rl_suite.buffers import owed_updates
+
+    updates, credit = owed_updates(0.0, 0.75)
+    assert (updates, credit) == (0, 0.75)
+    updates, credit = owed_updates(credit, 0.75)
+    assert updates == 1 and credit == pytest.approx(0.5)
+    assert owed_updates(0.5, 2.5) == (3, 0.0)

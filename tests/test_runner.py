@@ -530,3 +530,16 @@ def test_init_from_refuses_another_algorithm_and_shapes_that_do_not_extend(tmp_p
     assert torch.equal(parameters(narrower), before)  # refused before anything was copied
     with pytest.raises(CheckpointError, match=r"no checkpoint at"):
         rl_suite.checkpoint.warm_start(PPO(box, action), tmp_path / "missing.pt")
+
+
+def test_a_logged_training_metric_is_its_mean_over_the_log_window():
+    from rl_suite.runner import add_metrics, window_means
+
+    sums, reused = {}, torch.zeros(())
+    for loss in (1.0, 2.0, 6.0):
+        reused.fill_(loss)  # an agent that returns the same tensor, overwritten, every iteration
+        add_metrics(sums, {"loss": reused, "lr": 0.1})
+    means = window_means(sums)
+    assert float(means["loss"]) == 3.0 and means["lr"] == pytest.approx(0.1)
+    add_metrics(sums, {})  # an iteration that did not learn (an off-policy warm-up) adds nothing
+    assert float(window_means(sums)["loss"]) == 3.0
