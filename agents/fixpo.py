@@ -104,6 +104,8 @@ class FixPO(OnPolicyAgent):
         if self.flow:
             if not isinstance(action_space, gym.spaces.Box):
                 raise ValueError(f"fixpo: policy 'flow' needs continuous actions (a Box), got {action_space}")
+            if not -5.0 <= c.init_log_std <= 2.0:  # the noisy flow clamps its log-std there: outside, it never moves
+                raise ValueError(f"fixpo: policy 'flow' needs init_log_std in [-5, 2], got {c.init_log_std}")
             obs_dim, act_dim = observation_space.shape[0], action_space.shape[0]
             actor = NoisyFlowPolicy(obs_dim, act_dim, c.hidden, c.activation, c.init_log_std, c.flow_steps)
             self.policy_conditions = ("flow_noise",)  # z, drawn when acting and kept in the rollout

@@ -27,7 +27,14 @@ from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.config import setting
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
-from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
+from rl_suite.onpolicy import (
+    OnPolicyAgent,
+    OnPolicyConfig,
+    check_minibatches,
+    clipped_surrogate,
+    normalized,
+    train_epochs,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -76,6 +83,7 @@ class FPO(OnPolicyAgent):
         self.register({"actor": self.actor}, torch.optim.Adam, lr=c.lr, eps=1e-5, fused=True)
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
+        check_minibatches(self.name, self.config.minibatches, self.config.n_steps, num_envs)
         s, a = self.config.samples_per_action, self.action_space.shape[0]
         extras = {
             "policy_action": ((a,), torch.float32),  # before clipping to the bounds

@@ -43,7 +43,14 @@ from rl_suite.buffers import RolloutBuffer, transition_spec
 from rl_suite.config import setting
 from rl_suite.deploy.inference import FlowInference
 from rl_suite.networks import ActionScaler, FlowPolicy, mlp
-from rl_suite.onpolicy import OnPolicyAgent, OnPolicyConfig, clipped_surrogate, normalized, train_epochs
+from rl_suite.onpolicy import (
+    OnPolicyAgent,
+    OnPolicyConfig,
+    check_minibatches,
+    clipped_surrogate,
+    normalized,
+    train_epochs,
+)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -107,6 +114,7 @@ class PolicyFlow(OnPolicyAgent):
         return self.noise.log_std.clamp(-5.0, 2.0)
 
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> RolloutBuffer:
+        check_minibatches(self.name, self.config.minibatches, self.config.n_steps, num_envs)
         a = self.action_space.shape
         extras = {
             "policy_action": (a, torch.float32),  # phi(z) + n, before clipping to the bounds

@@ -201,10 +201,9 @@ def _variants(table: dict) -> tuple[tuple[str, str, tuple[str, ...]], ...]:
 def check_grid(grid: Grid) -> None:
     """Every algorithm and task exists, and every pair builds with the grid's settings (one environment each, on the
     CPU), so that a typo fails now rather than hours into the benchmark."""
-    from rl_suite.config import check_settings, parse_assignments
+    from rl_suite.config import parse_assignments
     from rl_suite.registry import load_algorithm, make
-    from rl_suite.runner import RunConfig
-    from rl_suite.settings import new_run_settings
+    from rl_suite.settings import check_new_run, new_run_settings
 
     # an unknown name fails here, with a suggestion
     algos = {name: load_algorithm(grid.algorithm(name)[0]) for name in grid.algos}
@@ -214,8 +213,7 @@ def check_grid(grid: Grid) -> None:
             for name, algo in algos.items():
                 overrides = {**parse_assignments(list(grid.algorithm(name)[1])), "device": "cpu"}
                 run_values, agent_values = new_run_settings(algo, env_id, overrides)
-                RunConfig(**run_values)
-                check_settings(algo.Config(**agent_values), name)  # a setting out of range, before the env decides
+                check_new_run(algo, run_values, agent_values)  # a setting out of range, before the env decides
                 try:
                     algo.for_env(env, algo.Config(**agent_values), device="cpu")
                 except ValueError as error:

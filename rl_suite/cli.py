@@ -51,10 +51,9 @@ def _cmd_throughput(args) -> int:
 def _cmd_train(args) -> int:
     """Train; under torchrun every rank runs this, and rank 0 alone prints (see rl_suite/distributed.py)."""
     from rl_suite import distributed
-    from rl_suite.config import ConfigError, check_settings, parse_assignments
+    from rl_suite.config import ConfigError, parse_assignments
     from rl_suite.registry import load_algorithm
-    from rl_suite.runner import RunConfig
-    from rl_suite.settings import new_run_settings, resumed_settings
+    from rl_suite.settings import check_new_run, new_run_settings, resumed_settings
 
     algo = load_algorithm(args.algo)
     flags = {
@@ -79,8 +78,7 @@ def _cmd_train(args) -> int:
     else:
         run_dir = pathlib.Path(args.run_dir) if args.run_dir else None
         run_values, agent_values = new_run_settings(algo, args.env_id, overrides, args.profile)
-    config = RunConfig(**run_values)  # both configs check their ranges before anything is built
-    check_settings(algo.Config(**agent_values), algo.name)
+    config = check_new_run(algo, run_values, agent_values)  # every setting in range, before anything is built
     # Under torchrun: join the process group, train on cuda:LOCAL_RANK, and seed each rank differently.
     device = distributed.init(config.device, config.distributed_timeout_s)
     try:

@@ -58,6 +58,21 @@ def layered(*layers: dict) -> dict:
     return merged
 
 
+def check_new_run(algo, run_values: dict, agent_values: dict) -> RunConfig:
+    """The run's ``RunConfig``, once every setting is checked, before anything is built: each one's range
+    (``RunConfig``'s and ``algo.Config``'s: ``rl_suite.config.setting``) and, for on-policy agents, the minibatches
+    against the rollout of ``n_steps * num_envs`` samples."""
+    from rl_suite.config import check_settings
+    from rl_suite.onpolicy import OnPolicyAgent, check_minibatches
+
+    config = RunConfig(**run_values)
+    agent_config = algo.Config(**agent_values)
+    check_settings(agent_config, algo.name)
+    if issubclass(algo, OnPolicyAgent) and hasattr(agent_config, "minibatches"):
+        check_minibatches(algo.name, agent_config.minibatches, agent_config.n_steps, config.num_envs)
+    return config
+
+
 def new_run_settings(algo, env_id: str, overrides: dict, profile: str | None = None) -> tuple[dict, dict]:
     """The run's and the agent's settings (``RunConfig`` and ``algo.Config`` values) of a new run of ``algo`` on
     ``env_id``: the shipped settings (with ``profile``'s), then ``overrides`` (``layered``)."""

@@ -40,7 +40,7 @@ from rl_suite.config import ConfigError, coerce, field_types, parse_assignments,
 from rl_suite.device import usable_cores
 from rl_suite.registry import load_algorithm
 from rl_suite.runner import RunConfig, env_id_as_name
-from rl_suite.settings import new_run_settings
+from rl_suite.settings import check_new_run, new_run_settings
 
 TYPES = ("float", "int", "categorical")
 PRUNERS = ("median", "hyperband", "none")
@@ -257,8 +257,8 @@ def tune(
     space = {name: dimension for name, dimension in space.items() if name not in fixed}
     if not space:
         raise ConfigError("--set fixes every setting of the search space: nothing is left to search")
-    run_values, _ = new_run_settings(algo, env_id, fixed)
-    if RunConfig(**run_values).eval_episodes < 1:
+    run_values, agent_values = new_run_settings(algo, env_id, fixed)
+    if check_new_run(algo, run_values, agent_values).eval_episodes < 1:  # every fixed setting within its range
         raise ConfigError("a trial's value is its evaluation's mean return: eval_episodes must be at least 1")
     study_name = study_name or default_study_name(algo.name, env_id)
     folder = pathlib.Path(study_dir or pathlib.Path("tune") / study_name)

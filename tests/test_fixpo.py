@@ -92,6 +92,8 @@ def test_bad_settings_are_refused():
         FixPO(box, box, kl_bound=0.0)
     with pytest.raises(ValueError, match=r"fixpo: kl_target_coef=0.5 is out of range \(>= 1\)"):
         FixPO(box, box, kl_target_coef=0.5)
+    with pytest.raises(ValueError, match=r"fixpo: policy 'flow' needs init_log_std in \[-5, 2\], got 3.0"):
+        FixPO(box, box, policy="flow", init_log_std=3.0)
 
 
 # -- on a flow policy (policy: flow) ------------------------------------------------------------------------------

@@ -25,7 +25,7 @@ OPEN = {  # settings whose every value of the type is valid, and why
     "target_entropy": "any entropy (SAC: None for -dim(A))",
     "v_min": "any value (FlashSAC's and PQL's support; their agents check v_min < v_max)",
     "v_max": "any value (FlashSAC's and PQL's support)",
-    "init_log_std": "any log standard deviation (the Gaussian policies do not clamp it)",
+    "init_log_std": "any log standard deviation (the Gaussian policies do not clamp it; FixPO's flow checks [-5, 2])",
     "adversary_init_log_std": "RARL's adversary's init_log_std",
 }
 
