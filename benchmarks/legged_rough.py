@@ -6,9 +6,9 @@ settings) for ``--start-minutes``, then ``rl-suite train ppo QuadrupedVelocity-R
 (``init_from``; the height scan's inputs start with zero weights) with its shipped settings
 (``agents/hyperparams/ppo.yaml``: the perceptive policy) for ``--minutes`` of wall-clock, evaluations included, one
 run after another with the whole machine (``--start-minutes 0`` trains on rough terrain from scratch, which did not
-learn here: README, Legged robots). At every evaluation the run records the training episodes' mean terrain level
-(``rollout_terrain_level``: legged_gym's curriculum, levels 0 to 9) beside the evaluation's tracking error and
-falls.
+learn here: docs/reference/tasks.md, Legged robots). At every evaluation the run records the training episodes' mean
+terrain level (``rollout_terrain_level``: legged_gym's curriculum, levels 0 to 9) beside the evaluation's tracking
+error and falls.
 
 Then each seed's final policy walks two test courses, one tile each (``COURSES``), 32 robots per course, each
 commanded straight ahead at 0.5 m/s for 15 s from within 1 m of the tile's centre: stairs up of 5 cm steps (0.31 m

@@ -15,8 +15,8 @@ and the fraction of the MuJoCo return kept in PyBullet is reported (PyBullet / M
 Every (task, training) trains once per seed (``--seeds``, default 0 1 2), one run after another; the table gives
 each return and the fraction kept as mean ± std over seeds, beside the best seed, and the goal's verdict on the mean.
 A uniformly random policy runs through the same two evaluations, for reference. A full run takes tasks x trainings x
-seeds x (``--minutes`` + the PyBullet evaluation, about a minute with the five robots): the command in the README,
-2 x 4 x 3 x (4 + 0.5) min, takes about 1 h 50 min.
+seeds x (``--minutes`` + the PyBullet evaluation, about a minute with the five robots): the command in
+docs/reference/deployment.md, 2 x 4 x 3 x (4 + 0.5) min, takes about 1 h 50 min.
 
     OMP_NUM_THREADS=1 python benchmarks/sim2sim.py [--tasks HalfCheetah-v5 Ant-v5] [--minutes 4] [--episodes 5]
         [--seeds 0 1 2] [--trainings plain obs-motor mass-friction rarl] [--variants default ...]

@@ -34,7 +34,8 @@ are seen to be out of random play's reach.
     python benchmarks/vs_sb3.py --quick --seeds 0 --results-dir /tmp/vs_sb3   # every path in minutes; not a result
 
 Writes ``vs_sb3.{md,csv}`` (by default to benchmarks/results/) with the machine and the exact command. The lines
-under "Verdicts" in the .md, one per row and each saying met or missed, are what the README quotes.
+under "Verdicts" in the .md, one per row and each saying met or missed, are what the README and docs/benchmarks.md
+quote.
 """
 
 from __future__ import annotations

@@ -6,6 +6,7 @@ site at build time, so that none of them is written by hand or committed.
 - ``reference/algorithms.md``: every registered algorithm and each setting of its config dataclass, with its type,
   default and docstring (read from the source: a field's docstring is the string under it);
 - ``reference/cli.md``: every ``rl-suite`` command's help, from the argparse parser;
+- ``guides/contributing.md``: CONTRIBUTING.md, whose examples tests/test_contributing.py runs;
 - ``results/<report>.md``: each report a benchmark script wrote into ``benchmarks/results/`` (with its plots and
   tables), and ``results/index.md`` listing them with each one's verdict line.
 """
@@ -22,7 +23,8 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 RESULT_FILES = ("*.md", "*.png", "*.csv")  # what a report links to beside it
-VERDICT = re.compile(r"\b(met|missed|verdict)\b", re.I)  # what a script's goal or verdict line says
+OUTCOME = re.compile(r"\b(met|missed)\b", re.I)
+GOAL_LIST = re.compile(r"^(#+ )?(Goals?|Verdicts?):?$", re.I)  # a heading over a list of goals, one a bullet
 
 
 SOURCES = ROOT / "build" / "api-sources"  # mkdocs.yml's mkdocstrings paths
@@ -46,10 +48,10 @@ def on_startup(command, dirty):
 
 def on_config(config):
     """The navigation's Results entry becomes a section: the index, then one page per report."""
-    reports = [f"results/{report.name}" for report in sorted(RESULTS.glob("*.md"))]
+    pages = [f"results/{site_path(report)}" for report in reports()]
     for position, entry in enumerate(config["nav"]):
         if entry == {"Results": "results/index.md"}:
-            config["nav"][position] = {"Results": ["results/index.md", *reports]}
+            config["nav"][position] = {"Results": ["results/index.md", *pages]}
     return config
 
 
@@ -58,11 +60,23 @@ def on_files(files, config):
 
     for path, content in generated_pages().items():
         files.append(File.generated(config, path, content=content))
-    for pattern in RESULT_FILES:
-        for source in sorted(RESULTS.glob(pattern)):
-            if source.suffix != ".md":  # reports are generated pages (their links adjusted); the rest as they are
-                files.append(File.generated(config, f"results/{source.name}", abs_src_path=str(source)))
+    for folder in sorted({RESULTS, *(report.parent for report in reports())}):
+        for pattern in RESULT_FILES:
+            for source in sorted(folder.glob(pattern)):
+                if source.suffix != ".md":  # reports are generated pages (their links adjusted); the rest as they are
+                    files.append(File.generated(config, f"results/{site_path(source)}", abs_src_path=str(source)))
     return files
+
+
+def reports() -> list[pathlib.Path]:
+    """The benchmark reports: each script's ``benchmarks/results/<name>.md``, and each benchmark grid's
+    ``benchmarks/results/<grid>/report.md``."""
+    return sorted(RESULTS.glob("*.md")) + sorted(RESULTS.glob("*/report.md"))
+
+
+def site_path(path: pathlib.Path) -> str:
+    """Where a file of ``benchmarks/results/`` goes under the site's ``results/``."""
+    return path.relative_to(RESULTS).as_posix()
 
 
 def generated_pages() -> dict[str, str]:
@@ -71,11 +85,11 @@ def generated_pages() -> dict[str, str]:
         "reference/environments.md": environments_page(),
         "reference/algorithms.md": algorithms_page(),
         "reference/cli.md": cli_page(),
+        "guides/contributing.md": contributing_page(),
     }
-    reports = sorted(RESULTS.glob("*.md"))
-    pages["results/index.md"] = results_index(reports)
-    for report in reports:
-        pages[f"results/{report.name}"] = result_page(report)
+    pages["results/index.md"] = results_index(reports())
+    for report in reports():
+        pages[f"results/{site_path(report)}"] = result_page(report)
     return pages
 
 
@@ -175,17 +189,37 @@ def cli_page() -> str:
     return "\n".join(lines)
 
 
+def contributing_page() -> str:
+    """CONTRIBUTING.md as a guide: its runnable blocks (``python runnable``, which tests/test_contributing.py runs)
+    marked so that MkDocs renders them as Python."""
+    text = (ROOT / "CONTRIBUTING.md").read_text()
+    return text.replace("```python runnable\n", "```{.python .runnable}\n")
+
+
 # -- the results -----------------------------------------------------------------------------------------------------
 
 
 def verdicts(text: str) -> list[str]:
-    """A report's verdict lines, as the script wrote them: a line that opens with "Goal" or "Verdict" (or a bullet
-    under one) and says met, missed or verdict."""
-    return [
-        line.strip().removeprefix("- ")
-        for line in text.splitlines()
-        if line.startswith(("Goal", "Verdict", "- ")) and VERDICT.search(line)
-    ]
+    """A report's verdict lines, as the script wrote them (tables aside): a line that opens with its verdict, a line
+    that states a goal and whether it was met or missed, and each bullet under a "Goals:" or "Verdicts" heading."""
+    found, listing = [], False
+    for line in text.splitlines():
+        line = line.strip()
+        if GOAL_LIST.match(line):
+            listing = True
+            continue
+        if listing and line.startswith("- "):
+            found.append(line.removeprefix("- "))
+            continue
+        listing = listing and not line  # a blank line may come before the list; anything else ends it
+        plain = line.removeprefix("- ")
+        if line.startswith("|"):
+            continue
+        if plain.lower().startswith(("verdict", "the script's verdict")) or (
+            re.search(r"\bgoals?\b", plain, re.I) and OUTCOME.search(plain)
+        ):
+            found.append(plain)
+    return found
 
 
 def results_index(reports: list[pathlib.Path]) -> str:
@@ -200,7 +234,7 @@ def results_index(reports: list[pathlib.Path]) -> str:
     for report in reports:
         text = report.read_text()
         title = next((line.lstrip("# ").strip() for line in text.splitlines() if line.startswith("# ")), report.stem)
-        lines.append(f"- [{title}]({report.name})")
+        lines.append(f"- [{title}]({site_path(report)})")
         lines += [f"    - {verdict}" for verdict in verdicts(text)]
     return "\n".join(lines) + "\n"
 
@@ -212,7 +246,7 @@ def result_page(report: pathlib.Path) -> str:
 
     def relink(match: re.Match) -> str:
         label, target = match.group(1), match.group(2)
-        if re.match(r"[a-z]+://|#", target) or ("/" not in target and (RESULTS / target).is_file()):
+        if re.match(r"[a-z]+://|#", target) or ("/" not in target and (report.parent / target).is_file()):
             return match.group(0)
         path = (report.parent / target).resolve()
         shown = path.relative_to(ROOT).as_posix() if path.is_relative_to(ROOT) else target

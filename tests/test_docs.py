@@ -102,20 +102,38 @@ def test_every_report_gets_a_page_and_the_index_quotes_each_verdict(tmp_path, mo
         "Goal (at least 1): **missed**, 0 of 3 seeds.\n"
     )
     (results / "a.png").write_bytes(b"png")
-    (results / "b.md").write_text("# Study B\n\nA table, no goal.\n")
+    (results / "b.md").write_text(
+        "# Study B\n\n| goal | met |\n|---|---|\n\nGoals:\n\n- faster than the peer: met.\n- a bullet here\n\n"
+        "Prose after the list, which met nothing.\nKept 0.9; goal (0.8): met.\n"
+    )
+    (results / "grid").mkdir()
+    (results / "grid" / "report.md").write_text("# Grid\n\nVerdict: 2 of 3.\n")
     monkeypatch.setattr(module, "RESULTS", results)
     monkeypatch.setattr(module, "ROOT", tmp_path)
-    pages = {"index": module.results_index(sorted(results.glob("*.md"))), "a": module.result_page(results / "a.md")}
-    assert pages["index"].splitlines()[-3:] == [
+    pages = {"index": module.results_index(module.reports()), "a": module.result_page(results / "a.md")}
+    assert pages["index"].splitlines()[-8:] == [
         "- [Study A](a.md)",
         "    - Goal (at least 1): **missed**, 0 of 3 seeds.",
         "- [Study B](b.md)",
+        "    - faster than the peer: met.",
+        "    - a bullet here",
+        "    - Kept 0.9; goal (0.8): met.",
+        "- [Grid](grid/report.md)",
+        "    - Verdict: 2 of 3.",
     ]
     # the plot beside it stays a link; a folder the site does not carry becomes its path in the repository
     assert "![curve](a.png) runs (`results/finished/a`) [peer](https://example.org)" in pages["a"]
-    real = hooks().generated_pages()  # unpatched: the repository's own reports
-    reports = sorted((ROOT / "benchmarks" / "results").glob("*.md"))
-    assert reports and all(f"results/{report.name}" in real for report in reports)
+    real = hooks()  # unpatched: the repository's own reports, each a page, each with a goal quoted in the index
+    pages = real.generated_pages()
+    reports = real.reports()
+    assert reports and all(f"results/{real.site_path(report)}" in pages for report in reports)
+    for report in reports:
+        text = report.read_text()
+        states_a_goal = any(
+            re.search(r"\bgoals?\b", line, re.I) and re.search(r"\b(met|missed)\b", line) and not line.startswith("|")
+            for line in text.splitlines()
+        )
+        assert not states_a_goal or real.verdicts(text), f"{report.name} states a goal the index does not quote"
 
 
 def test_the_site_builds_with_strict(tmp_path):

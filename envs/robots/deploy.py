@@ -148,7 +148,7 @@ class MujocoRobot(EntryRobot):
 
 
 SHIPPED_POLICIES = Path(__file__).parent / "policies"
-"""Trained policies shipped with the suite (``quadruped_flat.onnx``; see README's Legged robots section)."""
+"""Trained policies shipped with the suite (``quadruped_flat.onnx``; see docs/reference/tasks.md, Legged robots)."""
 
 
 def play(
