@@ -235,11 +235,10 @@ class FlashSAC(Agent):
                 f"flashsac acts in Box action spaces, got {action_space}: for discrete actions use ppo (or, for "
                 "teams, mappo or qmix)"
             )
-        offered = overrides.pop("critic_observation_space", None)  # Agent.for_env's, for critic_observation
         super().__init__(observation_space, action_space, config, device, **overrides)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         check_config(c)
-        self.critic_observation_space = self.privileged_critic_space(offered)
+        self.critic_observation_space = self.privileged_critic_space()
         self.actor = FlashActor(obs_dim, act_dim, c)
         self.critic = FlashCritics((self.critic_observation_space or observation_space).shape[0], act_dim, c)
         self.critic_target = copy.deepcopy(self.critic).requires_grad_(False)

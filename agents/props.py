@@ -109,7 +109,6 @@ class PROPS(Agent):
     Config = PROPSConfig
 
     def __init__(self, observation_space, action_space, config: PROPSConfig | None = None, device="cpu", **overrides):
-        overrides.pop("critic_observation_space", None)  # Agent.for_env's; critic_observation is refused below
         super().__init__(observation_space, action_space, config, device, **overrides)
         c = self.config
         if c.props_steps < 1 or c.n_steps % c.props_steps or c.buffer_batches < 1:

@@ -121,11 +121,10 @@ class SAC(Agent):
     action_space_types = (gym.spaces.Box,)
 
     def __init__(self, observation_space, action_space, config: SACConfig | None = None, device="cpu", **overrides):
-        offered = overrides.pop("critic_observation_space", None)  # Agent.for_env's, for critic_observation
         super().__init__(observation_space, action_space, config, device, **overrides)
         c, obs_dim, act_dim = self.config, observation_space.shape[0], action_space.shape[0]
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
-        self.critic_observation_space = self.privileged_critic_space(offered)
+        self.critic_observation_space = self.privileged_critic_space()
         self.critic_normalizer = self.normalizer  # the critics' input: the policy's observation, or its own
         if self.critic_observation_space is not None:
             shape = self.critic_observation_space.shape

@@ -59,6 +59,8 @@ class Agent:
             kinds = " or ".join(t.__name__ for t in self.action_space_types)
             raise ValueError(f"{self.name} needs a {kinds} action space, got {action_space}")
         self._check_observation_space(observation_space)
+        # for_env's, where the config has critic_observation: privileged_critic_space decides whether the critic sees it
+        self.offered_critic_space = overrides.pop("critic_observation_space", None)
         config = config if config is not None else self.Config()
         if overrides:
             (values,) = split_overrides(overrides, self.Config)
@@ -83,10 +85,11 @@ class Agent:
             overrides["critic_observation_space"] = getattr(env, "critic_observation_space", None)
         return cls(env.observation_space, env.action_space, config, device, **overrides)
 
-    def privileged_critic_space(self, offered: gym.Space | None) -> gym.Space | None:
-        """The space of what the critic sees instead of the policy's observation: ``offered`` (the env's
-        ``critic_observation_space``) where the config asks for it (``critic_observation``), else ``None``. Asking with
-        none offered is refused. Kept as ``self.critic_observation_space``, which ``describe`` records."""
+    def privileged_critic_space(self) -> gym.Space | None:
+        """The space of what the critic sees instead of the policy's observation: the env's ``critic_observation_space``
+        (passed by ``for_env``) where the config asks for it (``critic_observation``), else ``None``. Asking with none
+        offered is refused. Kept as ``self.critic_observation_space``, which ``describe`` records."""
+        offered = self.offered_critic_space
         if not getattr(self.config, "critic_observation", False):  # a config of its own may lack the field
             return None
         if offered is None:

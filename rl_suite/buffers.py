@@ -187,6 +187,9 @@ class ReplayBuffer:
         )
         self.num_envs, self.device, self.n_step, self.gamma = num_envs, device, n_step, gamma
         self.data = _storage(self.rows, num_envs, spec, device)
+        # where an n-step transition reads each field: at its window's end (next_*) or its start (the rest)
+        self._at_end = [name for name in self.data if _at_end(name)]
+        self._at_start = [n for n in self.data if n not in ("rewards", "terminated", "truncated", *self._at_end)]
         self.pos, self.size = 0, 0  # next row to write, rows written (up to self.rows)
 
     def __len__(self) -> int:
@@ -237,10 +240,9 @@ class ReplayBuffer:
         row = (oldest + torch.randint(0, starts, (batch_size,), device=self.device)) % self.rows
         env = torch.randint(0, self.num_envs, (batch_size,), device=self.device)
         d = self.data
-        at_start = [name for name in d if name not in ("rewards", "terminated", "truncated") and not _at_end(name)]
-        batch = {name: d[name][row, env] for name in at_start}
+        batch = {name: d[name][row, env] for name in self._at_start}
         if self.n_step == 1:
-            batch.update({name: d[name][row, env] for name in d if _at_end(name)}, rewards=d["rewards"][row, env])
+            batch.update({name: d[name][row, env] for name in self._at_end}, rewards=d["rewards"][row, env])
             if "discount" not in batch:  # transitions stored with their own discount (NStepWindow's) keep it
                 batch["discount"] = self.gamma * (~d["terminated"][row, env])
             return batch
@@ -256,7 +258,7 @@ class ReplayBuffer:
             last = torch.where(alive, r, last)
             terminated = torch.where(alive, d["terminated"][r, env], terminated)
             alive = alive & ~(d["terminated"][r, env] | d["truncated"][r, env])
-        batch.update({name: d[name][last, env] for name in d if _at_end(name)})
+        batch.update({name: d[name][last, env] for name in self._at_end})
         batch.update(rewards=rewards, discount=discount * (~terminated))
         return batch
 

@@ -228,10 +228,11 @@ class OnPolicyAgent(Agent):
     def __init__(
         self, observation_space, action_space, config=None, device="cpu", critic_observation_space=None, **overrides
     ):
+        overrides["critic_observation_space"] = critic_observation_space
         super().__init__(observation_space, action_space, config, device, **overrides)
         c = self.config
         self.normalizer = RunningNorm(observation_space.shape) if c.normalize_obs else nn.Identity()
-        self.critic_observation_space = self.privileged_critic_space(critic_observation_space)
+        self.critic_observation_space = self.privileged_critic_space()
         if self.critic_observation_space is not None:
             shape = self.critic_observation_space.shape
             self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
