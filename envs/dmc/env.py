@@ -35,7 +35,7 @@ import torch
 from rl_suite.device import resolve_device
 from rl_suite.env import Selection, VecEnv, check_num_envs
 from rl_suite.envs.dmc.base import DMCTask, compile_model, selected_ids, write_rows
-from rl_suite.envs.mujoco.env import BACKENDS, PhysicsRows, close_renderer, render_physics
+from rl_suite.envs.mujoco.env import BACKENDS, PhysicsRendering, PhysicsRows, observe_task
 from rl_suite.registry import DMC_TASKS, load_entry_point
 
 # The domains by name: where each one's task table (``TASKS: {task name: DMCTask subclass}``) lives. A key of this
@@ -57,7 +57,7 @@ def make_task(domain: str, task: str) -> DMCTask:
     return tasks[task]()
 
 
-class DMCVecEnv(VecEnv):
+class DMCVecEnv(PhysicsRendering, VecEnv):
     """``num_envs`` copies of one Control Suite task (``domain="cheetah", task="run"``).
 
     Args:
@@ -141,12 +141,7 @@ class DMCVecEnv(VecEnv):
         return self._reward, self._terminated
 
     def _observe(self, out, env_ids=None):
-        sim_ids = None if env_ids is None else env_ids.to(self.physics.device)
-        obs = torch.cat(self.task.observe(PhysicsRows(self.physics, sim_ids)), dim=1)
-        if env_ids is None:
-            out.copy_(obs)
-        else:
-            out.index_copy_(0, env_ids, obs.to(device=out.device, dtype=out.dtype))
+        observe_task(self.physics, self.task, out, env_ids)
 
     def _reset_envs(self, selection: Selection):
         # dm_control's reset_context: mj_resetData, the task's initial state, then mj_forward (after_reset)
@@ -208,15 +203,3 @@ class DMCVecEnv(VecEnv):
         prefix = "task."
         self.task.load_task_state_dict({k[len(prefix) :]: v for k, v in state.items() if k.startswith(prefix)})
         self._load_episode_state_dict(state)
-
-    # -- rendering ----------------------------------------------------------------------------------------
-
-    def render(self, env_id: int = 0, width: int = 480, height: int = 480, camera: int | str = -1) -> np.ndarray:
-        """Environment ``env_id`` as an RGB array ``[height, width, 3]`` (uint8), from ``camera`` (-1: free).
-
-        Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``.
-        """
-        return render_physics(self, env_id, width, height, camera)
-
-    def close(self) -> None:
-        close_renderer(self)

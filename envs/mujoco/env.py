@@ -77,20 +77,39 @@ class OffscreenRenderer:
             self._renderer = None
 
 
-def render_physics(env, env_id: int, width: int, height: int, camera: int | str) -> np.ndarray:
-    """Simulation ``env_id`` of ``env`` (an env with ``num_envs``, ``model`` and a ``PhysicsBackend`` as
-    ``physics``) as an RGB array, through the ``OffscreenRenderer`` it keeps (``close_renderer`` releases it)."""
-    if not 0 <= env_id < env.num_envs:
-        raise ValueError(f"env_id must be in [0, {env.num_envs}), got {env_id}")
-    if getattr(env, "_renderer", None) is None:
-        env._renderer = OffscreenRenderer(env.model)
-    return env._renderer.render(env.physics.data(env_id), width, height, camera)
+def observe_task(physics: PhysicsBackend, task, out: torch.Tensor, env_ids: torch.Tensor | None) -> None:
+    """The ``_observe`` hook of an env whose task's ``observe`` reads physics rows (gymnasium's tasks, the Control
+    Suite's): the observation of every environment, or of ``env_ids``, written into ``out``."""
+    sim_ids = None if env_ids is None else env_ids.to(physics.device)
+    obs = torch.cat(task.observe(PhysicsRows(physics, sim_ids)), dim=1)
+    if env_ids is None:
+        out.copy_(obs)
+    else:
+        out.index_copy_(0, env_ids, obs.to(device=out.device, dtype=out.dtype))
 
 
-def close_renderer(env) -> None:
-    renderer = getattr(env, "_renderer", None)
-    if renderer is not None:
-        renderer.close()
+class PhysicsRendering:
+    """``render`` and ``close`` for a batched env with ``num_envs``, ``model`` and a ``PhysicsBackend`` as
+    ``physics`` (mixed in before ``VecEnv``): one ``OffscreenRenderer``, made on the first frame asked for."""
+
+    _renderer: OffscreenRenderer | None = None
+
+    def render(self, env_id: int = 0, width: int = 480, height: int = 480, camera: int | str = -1) -> np.ndarray:
+        """Environment ``env_id`` as an RGB array ``[height, width, 3]`` (uint8), from ``camera`` (-1: free; the
+        legged robots' models have a ``track`` camera).
+
+        Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``.
+        """
+        if not 0 <= env_id < self.num_envs:
+            raise ValueError(f"env_id must be in [0, {self.num_envs}), got {env_id}")
+        if self._renderer is None:
+            self._renderer = OffscreenRenderer(self.model)
+        return self._renderer.render(self.physics.data(env_id), width, height, camera)
+
+    def close(self) -> None:
+        if self._renderer is not None:
+            self._renderer.close()
+            self._renderer = None
 
 
 class PhysicsRows:
@@ -113,7 +132,7 @@ class PhysicsRows:
         return field if self._ids is None else field.index_select(0, self._ids)
 
 
-class MujocoVecEnv(VecEnv):
+class MujocoVecEnv(PhysicsRendering, VecEnv):
     """``num_envs`` copies of one gymnasium v5 MuJoCo task (``task="HalfCheetah"``, ...).
 
     Args:
@@ -265,12 +284,7 @@ class MujocoVecEnv(VecEnv):
         return self._reward, self._terminated
 
     def _observe(self, out, env_ids=None):
-        sim_ids = None if env_ids is None else env_ids.to(self.physics.device)
-        obs = torch.cat(self.task.observe(PhysicsRows(self.physics, sim_ids)), dim=1)
-        if env_ids is None:
-            out.copy_(obs)
-        else:
-            out.index_copy_(0, env_ids, obs.to(device=out.device, dtype=out.dtype))
+        observe_task(self.physics, self.task, out, env_ids)
 
     def _reset_envs(self, selection: Selection):
         physics = self.physics
@@ -341,15 +355,3 @@ class MujocoVecEnv(VecEnv):
         self._position.copy_(state["position"])
         restore_bank(self.reset_bank, state)  # with the states recorded since it was attached
         self._load_episode_state_dict(state)
-
-    # -- rendering ----------------------------------------------------------------------------------------
-
-    def render(self, env_id: int = 0, width: int = 480, height: int = 480, camera: int | str = -1) -> np.ndarray:
-        """Environment ``env_id`` as an RGB array ``[height, width, 3]`` (uint8), from ``camera`` (-1: free).
-
-        Needs an OpenGL context; on a headless machine set ``MUJOCO_GL=egl`` or ``MUJOCO_GL=osmesa``.
-        """
-        return render_physics(self, env_id, width, height, camera)
-
-    def close(self) -> None:
-        close_renderer(self)

@@ -119,7 +119,7 @@ import numpy as np
 import torch
 
 from rl_suite.env import Selection, VecEnv
-from rl_suite.envs.mujoco.env import BACKENDS, close_renderer, render_physics
+from rl_suite.envs.mujoco.env import BACKENDS, PhysicsRendering
 from rl_suite.envs.mujoco.reset_bank import ResetBank, attached, bank_checkpoint, restore_bank
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model, robot_config
 from rl_suite.envs.robots.terrain import (
@@ -469,7 +469,7 @@ def action_bounds(robot: RobotConfig, joint_range: np.ndarray, clip_actions: flo
     return low.astype(np.float32), high.astype(np.float32)
 
 
-class LeggedVelocityEnv(VecEnv):
+class LeggedVelocityEnv(PhysicsRendering, VecEnv):
     """``num_envs`` copies of the velocity-tracking task for ``robot`` (a built-in robot's name, a dict of
     ``RobotConfig`` fields, or a ``RobotConfig``). See the module docstring; ``settings`` are ``VelocitySettings``.
 
@@ -1153,16 +1153,6 @@ class LeggedVelocityEnv(VecEnv):
             write("actuator_biasprm", bias)
         if "body_mass" in fields or "body_ipos" in fields:
             physics.set_const(ids)  # before the state is written: mj_setConst clobbers it
-
-    # -- rendering ------------------------------------------------------------------------------------------
-
-    def render(self, env_id: int = 0, width: int = 480, height: int = 480, camera: int | str = -1) -> np.ndarray:
-        """Environment ``env_id`` as an RGB array ``[height, width, 3]`` (uint8), from ``camera`` (-1: free; the
-        quadruped's model has a ``track`` camera). Headless machines render through EGL (``MUJOCO_GL``)."""
-        return render_physics(self, env_id, width, height, camera)
-
-    def close(self) -> None:
-        close_renderer(self)
 
     # -- state ----------------------------------------------------------------------------------------------
 
