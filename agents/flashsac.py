@@ -58,11 +58,11 @@ from torch import nn
 
 from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
-from rl_suite.buffers import ReplayBuffer, owed_updates, running_returns, transition_spec, updates_per_step
+from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec, updates_per_step
 from rl_suite.categorical import distributional_target
 from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ActionScaler, RunningNorm, TanhGaussian
+from rl_suite.networks import ActionScaler, ReturnScale, TanhGaussian
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
@@ -199,29 +199,6 @@ class FlashCritics(nn.Module):
         self.net.project()
 
 
-class ReturnScale(nn.Module):
-    """The scale FlashSAC divides rewards by: ``max(sqrt(var(G) + eps), max|G| / v_max)``, over the discounted
-    returns G of every collected transition (G <- gamma G (1 - done) + r, per environment), so that returns of the
-    scaled rewards fit the critics' support."""
-
-    def __init__(self, gamma: float, v_max: float, eps: float = 1e-8):
-        super().__init__()
-        self.gamma, self.v_max, self.eps = gamma, v_max, eps
-        self.stats = RunningNorm(())
-        self.register_buffer("largest", torch.zeros((), dtype=torch.float64))
-
-    @torch.no_grad()
-    def observe(self, returns: torch.Tensor, rewards: torch.Tensor, done: torch.Tensor) -> torch.Tensor:
-        """Fold ``[T, N]`` rewards (oldest first) into the running returns ``[N]``; returns the new running returns."""
-        seen, returns = running_returns(returns, rewards, done, self.gamma)
-        self.stats.update(seen)
-        torch.maximum(self.largest, seen.abs().max().double(), out=self.largest)
-        return returns
-
-    def forward(self) -> torch.Tensor:
-        return torch.maximum(torch.sqrt(self.stats.var + self.eps), self.largest / self.v_max).float()
-
-
 class FlashSAC(Agent):
     name = "flashsac"
     Config = FlashSACConfig
@@ -273,7 +250,7 @@ class FlashSAC(Agent):
         # Per-environment state, sized by make_buffer (or by the first act): checkpointed as counters.
         self.noise: torch.Tensor | None = None
         self.noise_steps_left: torch.Tensor | None = None
-        self.discounted_return: torch.Tensor | None = None
+        self._draws: dict[str, torch.Tensor] | None = None  # exploration_noise's buffers, sized on the first step
 
     @property
     def steps_per_iteration(self) -> int:
@@ -282,7 +259,7 @@ class FlashSAC(Agent):
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> ReplayBuffer:
         c = self.config
         self._start_noise(num_envs)
-        self.discounted_return = torch.zeros(num_envs, device=self.device)
+        self.reward_scale.running = torch.zeros(num_envs, device=self.device)
         extras = {}
         if self.critic_observation_space is not None:  # the collector fills them (rl_suite/collector.py)
             shape = (tuple(self.critic_observation_space.shape), torch.float32)
@@ -295,16 +272,25 @@ class FlashSAC(Agent):
         self.noise_steps_left = torch.zeros(num_envs, dtype=torch.long, device=self.device)  # 0: draw afresh
 
     def _exploration_noise(self, num_envs: int) -> torch.Tensor:
-        """Each environment's noise, redrawn (with a new holding time) where its holding time has run out."""
+        """Each environment's noise, redrawn (with a new holding time) where its holding time has run out, drawn
+        into buffers kept between steps (the hot loop allocates nothing)."""
+        if self._draws is None or self._draws["fresh"].shape[0] != num_envs:
+            self._draws = {
+                "fresh": torch.empty(num_envs, *self.action_space.shape, device=self.device),
+                "holding": torch.empty(num_envs, 1, dtype=torch.long, device=self.device),
+                "expired": torch.empty(num_envs, 1, dtype=torch.bool, device=self.device),
+            }
+        fresh, holding, expired = self._draws["fresh"].normal_(), self._draws["holding"], self._draws["expired"]
         if not self.config.noise_repeat:
-            return torch.randn(num_envs, *self.action_space.shape, device=self.device)
+            return fresh
         if self.noise is None or self.noise.shape[0] != num_envs:
             self._start_noise(num_envs)
-        expired = self.noise_steps_left <= 0
-        fresh = torch.randn_like(self.noise)
-        holding = torch.multinomial(self.holding_probs.expand(num_envs, -1), 1).squeeze(-1) + 1
-        self.noise = torch.where(expired.unsqueeze(-1), fresh, self.noise)
-        self.noise_steps_left = torch.where(expired, holding, self.noise_steps_left) - 1
+        torch.le(self.noise_steps_left.unsqueeze(-1), 0, out=expired)
+        torch.multinomial(self.holding_probs.expand(num_envs, -1), 1, out=holding)  # a holding time of 1 + index
+        torch.where(expired, fresh, self.noise, out=self.noise)
+        # one step fewer left; where it expired, the new holding time less this step: the drawn index
+        self.noise_steps_left.sub_(1)
+        torch.where(expired.squeeze(-1), holding.squeeze(-1), self.noise_steps_left, out=self.noise_steps_left)
         return self.noise
 
     @torch.no_grad()
@@ -330,7 +316,7 @@ class FlashSAC(Agent):
         if c.reward_scaling and buffer.size > 0:  # every collected transition counts, the warm-up's too
             rows = {name: buffer.recent(name, c.steps_per_iteration).flip(0) for name in ("rewards", "terminated")}
             done = rows["terminated"] | buffer.recent("truncated", c.steps_per_iteration).flip(0)
-            self.discounted_return = self.reward_scale.observe(self.discounted_return, rows["rewards"], done)
+            self.reward_scale.observe(rows["rewards"], done)
         if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
             return {}
         lr = c.lr_final + (c.lr - c.lr_final) * 0.5 * (1 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
@@ -411,5 +397,10 @@ class FlashSAC(Agent):
             "skipped_updates": self.skipped_updates,
             "noise": self.noise,
             "noise_steps_left": self.noise_steps_left,
-            "discounted_return": self.discounted_return,
+            "discounted_return": self.reward_scale.running,
         }
+
+    def load_counters(self, counters) -> None:
+        counters = dict(counters)
+        self.reward_scale.running = counters.pop("discounted_return")
+        super().load_counters(counters)

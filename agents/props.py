@@ -151,10 +151,10 @@ class PROPS(Agent):
         self.iterations += 1
         newest = buffer.newest(c.props_steps)
         if c.scale_rewards:
-            target.reward_scaler.update(newest)
+            target.return_scale.observe(newest["rewards"], newest["terminated"] | newest["truncated"])
         if self.iterations % (c.n_steps // c.props_steps) == 0:  # 2.
             data = buffer.ordered()
-            rewards = target.reward_scaler.scale(data["rewards"]) if c.scale_rewards else None
+            rewards = data["rewards"] / target.return_scale() if c.scale_rewards else None
             samples = target.policy_samples(data, rewards)
             if c.sampling_error_every and self.target_updates % c.sampling_error_every == 0:
                 self.latest["sampling_error"] = self.sampling_error(samples)

@@ -15,6 +15,7 @@ from torch import nn
 from torch.nn import functional as F
 
 from rl_suite import distributed
+from rl_suite.buffers import running_returns
 
 ACTIVATIONS = {"tanh": nn.Tanh, "relu": nn.ReLU, "elu": nn.ELU, "silu": nn.SiLU}
 
@@ -147,6 +148,39 @@ class RunningNorm(nn.Module):
         self.var.copy_(self.var * (1 - weight) + var * weight + delta.square() * weight * (1 - weight))
         self.mean.add_(delta * weight)
         self.count.copy_(total)
+
+
+class ReturnScale(nn.Module):
+    """The scale rewards are divided by: the standard deviation of the discounted return G <- gamma G (1 - done) + r,
+    tracked per environment across rollouts (CleanRL's and SB3's reward normalisation), and with ``v_max`` at least
+    max|G| / v_max (FlashSAC's, so that returns of the scaled rewards fit a critic's support [-v_max, v_max]).
+
+    The statistics are buffers, saved with the agent; the running returns ``running`` ``[N]`` are per-environment
+    state that the agent checkpoints with its counters (``None`` until the first rewards are observed)."""
+
+    def __init__(self, gamma: float, v_max: float | None = None, eps: float = 1e-8):
+        super().__init__()
+        self.gamma, self.v_max, self.eps = gamma, v_max, eps
+        self.stats = RunningNorm(())
+        self.register_buffer("largest", torch.zeros((), dtype=torch.float64))  # max |G| seen
+        self.running: torch.Tensor | None = None
+
+    @torch.no_grad()
+    def observe(self, rewards: torch.Tensor, done: torch.Tensor) -> None:
+        """Fold ``[T, N]`` rewards (oldest first) and their steps' ``done`` into the running returns, and every step's
+        return into the statistics."""
+        if self.running is None:
+            self.running = torch.zeros_like(rewards[0])
+        seen, self.running = running_returns(self.running, rewards, done, self.gamma)
+        self.stats.update(seen)
+        if self.v_max is not None:
+            torch.maximum(self.largest, seen.abs().max().double(), out=self.largest)
+
+    def forward(self) -> torch.Tensor:
+        scale = torch.sqrt(self.stats.var + self.eps)
+        if self.v_max is not None:
+            scale = torch.maximum(scale, self.largest / self.v_max)
+        return scale.float()
 
 
 class TwinCritic(nn.Module):

@@ -14,10 +14,10 @@ from torch import nn
 
 from rl_suite import distributed
 from rl_suite.agent import Agent
-from rl_suite.buffers import RolloutBuffer, gae, running_returns, transition_spec
+from rl_suite.buffers import RolloutBuffer, gae, transition_spec
 from rl_suite.config import ConfigError, setting
 from rl_suite.deploy.inference import MLPInference
-from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, mlp, policy_head
+from rl_suite.networks import ACTIVATIONS, ActionScaler, ReturnScale, RunningNorm, mlp, policy_head
 from rl_suite.optim import finite_or_warn, gradient_step
 
 
@@ -48,36 +48,6 @@ def advantages_and_returns(
     done = d["terminated"] | d["truncated"]
     advantages, returns = gae(rewards, values, next_values, d["terminated"], done, gamma, gae_lambda)
     return values, advantages, returns
-
-
-class RewardScaler:
-    """Divides rewards by a running standard deviation of the discounted return, G_t = gamma G_{t-1} (1 - done) + r_t,
-    tracked per environment across rollouts (as CleanRL's and SB3's reward normalisation do). The statistics live in
-    ``return_norm`` (a ``RunningNorm`` the agent checkpoints) and the running returns in ``discounted_return``."""
-
-    def __init__(self, return_norm: nn.Module, gamma: float):
-        self.return_norm, self.gamma = return_norm, gamma
-        self.discounted_return: torch.Tensor | None = None
-
-    @torch.no_grad()
-    def __call__(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
-        """The rollout ``d``'s rewards scaled, after its returns joined the statistics (``update``)."""
-        self.update(d)
-        return self.scale(d["rewards"])
-
-    @torch.no_grad()
-    def update(self, d: dict[str, torch.Tensor]) -> None:
-        """Carry the running returns through the rollout ``d`` (the one after the last rollout given) and merge them
-        into the statistics."""
-        if self.discounted_return is None:
-            self.discounted_return = torch.zeros_like(d["rewards"][0])
-        done = d["terminated"] | d["truncated"]
-        returns, self.discounted_return = running_returns(self.discounted_return, d["rewards"], done, self.gamma)
-        self.return_norm.update(returns)
-
-    def scale(self, rewards: torch.Tensor) -> torch.Tensor:
-        """``rewards`` divided by the current standard deviation of the discounted return."""
-        return rewards / torch.sqrt(self.return_norm.var + 1e-8).float()
 
 
 def clipped_surrogate(
@@ -237,8 +207,7 @@ class OnPolicyAgent(Agent):
             shape = self.critic_observation_space.shape
             self.critic_normalizer = RunningNorm(shape) if c.normalize_obs else nn.Identity()
         self.critic_obs_dim = (self.critic_observation_space or observation_space).shape[0]
-        self.return_norm = RunningNorm(())  # statistics of the discounted return, for reward scaling
-        self.reward_scaler = RewardScaler(self.return_norm, c.gamma)
+        self.return_scale = ReturnScale(c.gamma)  # what rewards are divided by, with scale_rewards
         self.lr = c.lr  # the current learning rate (schedules and adaptive KL rules move it)
         self.skipped_updates = 0
 
@@ -246,7 +215,7 @@ class OnPolicyAgent(Agent):
         """Register the normaliser, the ``policy`` modules (in order), ``self.critic``, ``self.scaler`` and the return
         statistics for checkpoints, move them to the device, and make the one ``optimizer(parameters, **settings)``
         over the policy's and the critic's parameters."""
-        others = {"critic": self.critic, "scaler": self.scaler, "return_norm": self.return_norm}
+        others = {"critic": self.critic, "scaler": self.scaler, "return_scale": self.return_scale}
         if self.critic_observation_space is not None:
             others["critic_normalizer"] = self.critic_normalizer
         self.modules = {"normalizer": self.normalizer, **policy, **others}
@@ -301,6 +270,12 @@ class OnPolicyAgent(Agent):
         of the logits (``Discrete``)."""
         scaler = self.scaler if self.continuous else None
         return MLPInference(self.observation_space, self.action_space, self.normalizer, self.actor.net, scaler)
+
+    def scaled_rewards(self, d: dict[str, torch.Tensor]) -> torch.Tensor:
+        """The rollout ``d``'s rewards divided by the return scale, after its returns joined the statistics (``d`` is
+        the rollout after the last one observed)."""
+        self.return_scale.observe(d["rewards"], d["terminated"] | d["truncated"])
+        return d["rewards"] / self.return_scale()
 
     def policy_samples(
         self, d: dict[str, torch.Tensor], rewards: torch.Tensor | None = None
@@ -358,7 +333,7 @@ class OnPolicyAgent(Agent):
         of rollouts by the statistics of the newest)."""
         c = self.config
         if rewards is None:
-            rewards = self.reward_scaler(d) if c.scale_rewards else d["rewards"]
+            rewards = self.scaled_rewards(d) if c.scale_rewards else d["rewards"]
         obs = self.normalizer(d["obs"])
         if self.critic_observation_space is None:
             values, advantages, returns = advantages_and_returns(
@@ -398,10 +373,10 @@ class OnPolicyAgent(Agent):
         return {
             "lr": self.lr,
             "skipped_updates": self.skipped_updates,
-            "discounted_return": self.reward_scaler.discounted_return,
+            "discounted_return": self.return_scale.running,
         }
 
     def load_counters(self, counters) -> None:
         # FPO's checkpoints from before it kept a learning rate lack "lr": its learning rate never moves.
         self.lr, self.skipped_updates = counters.get("lr", self.config.lr), counters["skipped_updates"]
-        self.reward_scaler.discounted_return = counters["discounted_return"]
+        self.return_scale.running = counters["discounted_return"]

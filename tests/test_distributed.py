@@ -44,7 +44,7 @@ def update(self, buffer, progress=0.0):
     digest = hashlib.sha256(b"".join(t.cpu().numpy().tobytes() for t in tensors)).hexdigest()
     norm = self.normalizer
     records.append({"obs": obs, "digest": digest, "mean": norm.mean.clone(), "var": norm.var.clone(),
-                    "count": norm.count.clone(), "return_count": self.return_norm.count.clone(), "lr": self.lr})
+                    "count": norm.count.clone(), "return_count": self.return_scale.stats.count.clone(), "lr": self.lr})
     torch.save(records, os.path.join(out, f"rank{rank}.pt"))
     return metrics
 

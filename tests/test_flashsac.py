@@ -13,12 +13,13 @@ import pytest
 import torch
 
 from rl_suite.agents import flashsac
-from rl_suite.agents.flashsac import FlashSAC, ReturnScale
+from rl_suite.agents.flashsac import FlashSAC
 from rl_suite.bounded_networks import BatchNorm, RMSNorm, UnitLinear
 from rl_suite.buffers import ReplayBuffer
 from rl_suite.categorical import distributional_target
 from rl_suite.deploy import load_policy
 from rl_suite.deploy.export import export_policy
+from rl_suite.networks import ReturnScale
 
 OBS = gym.spaces.Box(-np.inf, np.inf, (5,), np.float32)
 ACTIONS = gym.spaces.Box(-2.0, 2.0, (2,), np.float32)
@@ -181,17 +182,21 @@ def test_the_soft_distributional_target_on_hand_computed_numbers():
 
 def test_the_reward_scale_on_hand_computed_numbers():
     scale = ReturnScale(gamma=0.5, v_max=5.0)
-    returns = scale.observe(torch.zeros(2), torch.ones(2, 2), torch.tensor([[False, True], [False, False]]))
+    scale.observe(torch.ones(2, 2), torch.tensor([[False, True], [False, False]]))
     # G: step 0: [1, 1]; env 1's episode ends there, so step 1: [1 + 0.5, 1] = [1.5, 1].
-    torch.testing.assert_close(returns, torch.tensor([1.5, 1.0]))
+    torch.testing.assert_close(scale.running, torch.tensor([1.5, 1.0]))
     seen = torch.tensor([1.0, 1.0, 1.5, 1.0], dtype=torch.float64)
     assert abs(float(scale.stats.var) - float(seen.var(unbiased=False))) < 1e-12 and float(scale.largest) == 1.5
     assert abs(float(scale()) - max(math.sqrt(float(seen.var(unbiased=False)) + 1e-8), 1.5 / 5.0)) < 1e-6
 
     # Returns all alike have no spread: the largest return, over v_max, bounds the scale from below.
     alike = ReturnScale(gamma=0.99, v_max=5.0)
-    alike.observe(torch.zeros(3), torch.full((1, 3), 100.0), torch.zeros(1, 3, dtype=torch.bool))
+    alike.observe(torch.full((1, 3), 100.0), torch.zeros(1, 3, dtype=torch.bool))
     assert float(alike.stats.var) == 0.0 and abs(float(alike()) - 100.0 / 5.0) < 1e-4
+    # Without v_max (the on-policy agents' scale_rewards) the scale is the standard deviation alone.
+    spread = ReturnScale(gamma=0.99)
+    spread.observe(torch.full((1, 3), 100.0), torch.zeros(1, 3, dtype=torch.bool))
+    assert abs(float(spread()) - math.sqrt(1e-8)) < 1e-6
 
 
 @pytest.mark.parametrize(
