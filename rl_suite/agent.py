@@ -33,6 +33,7 @@ from torch import nn
 from rl_suite.config import check_settings, from_plain, split_overrides, to_plain
 from rl_suite.device import resolve_device
 from rl_suite.multiagent import MultiAgentVecEnv
+from rl_suite.registry import not_plain_data
 from rl_suite.spaces import space_from_dict, space_to_dict
 
 if TYPE_CHECKING:
@@ -231,6 +232,15 @@ class Agent:
         )
         if env.env_id is None:  # an unregistered env: no evaluation env can be built from its id
             settings["eval_episodes"] = 0
+        elif env.env_kwargs and "env_kwargs" not in run_settings:  # evaluate on the env trained on, not the default
+            problem = not_plain_data(env.env_kwargs, "env_kwargs")
+            if problem:
+                raise ValueError(
+                    f"learn: the env was made with keywords that are not plain data ({problem}), and the run keeps "
+                    "the keywords its evaluation env is built with in config.yaml: make the env with plain values "
+                    "(a RobotConfig as robot=config.as_dict()), or pass env_kwargs= to learn"
+                )
+            settings["env_kwargs"] = env.env_kwargs
         settings.update(run_settings)
         (values,) = split_overrides(settings, RunConfig)
         return Runner(self, env, RunConfig(**values), run_dir=run_dir).run()

@@ -91,6 +91,10 @@ class VecEnv:
     """
 
     env_id: str | None = None
+    """The registered id ``rl_suite.make`` built this env from; None for an env built directly."""
+    env_kwargs: dict | None = None
+    """The keywords ``rl_suite.make`` was given beyond ``num_envs``, ``device`` and ``seed`` (those the registry adds
+    are not among them): ``Agent.learn`` builds its evaluation env with the same ones."""
     reward_threshold: float | None = None
     critic_observation_space: gym.Space | None = None
     """A privileged observation for an asymmetric critic, where the env has one (``offer_critic_observation``)."""

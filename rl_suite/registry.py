@@ -118,7 +118,7 @@ def make(
     else:
         env_spec = spec(env_id)
         env = env_spec.load()(num_envs=num_envs, device=device, seed=seed, **{**env_spec.kwargs, **kwargs})
-    env.env_id = env_id
+    env.env_id, env.env_kwargs = env_id, dict(kwargs)
     return env
 
 
@@ -172,7 +172,7 @@ def _constructor_keywords(cls: type) -> list[str]:
     return names
 
 
-def _not_plain(value: Any, where: str) -> str | None:
+def not_plain_data(value: Any, where: str) -> str | None:
     """Where ``value`` stops being plain data (numbers, strings, booleans, None, and lists and string-keyed dicts of
     those), or None. Types are matched exactly: a subclass of ``str`` or ``dict`` could carry behaviour."""
     if type(value) in (bool, int, float, str, type(None)):
@@ -187,7 +187,7 @@ def _not_plain(value: Any, where: str) -> str | None:
     else:
         return f"{where} is a {type(value).__name__}"
     for place, item in items:
-        problem = _not_plain(item, place)
+        problem = not_plain_data(item, place)
         if problem:
             return problem
     return None
@@ -213,7 +213,7 @@ def trusted_env_spec(
     env_kwargs = {} if env_kwargs is None else env_kwargs
     if type(env_kwargs) is not dict:
         raise UntrustedEnvError(f"{source}: env_kwargs is a {type(env_kwargs).__name__}, not a mapping of keywords")
-    problem = _not_plain(env_kwargs, "env_kwargs")
+    problem = not_plain_data(env_kwargs, "env_kwargs")
     if problem:
         raise UntrustedEnvError(
             f"{source}: {problem}; env_kwargs read from a file must be plain data (numbers, strings, booleans, None, "

@@ -294,6 +294,22 @@ def test_sac_skips_a_non_finite_update_and_keeps_its_parameters():
     assert torch.equal(parameters(agent), before) and agent.skipped_updates >= 1
 
 
+def test_learn_evaluates_on_an_env_made_with_the_training_envs_keywords(tmp_path):
+    env = rl_suite.make("Pendulum-v1", num_envs=4, seed=0, max_episode_steps=30, g=9.0)
+    agent = PPO.for_env(env, **TINY_PPO)
+    summary = agent.learn(env, total_steps=64, run_dir=tmp_path / "run", eval_episodes=2, progress=False)
+    config = yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())
+    assert config["run"]["env_kwargs"] == {"max_episode_steps": 30, "g": 9.0}
+    # Pendulum's cost per step is at most pi^2 + 0.1 * 8^2 + 0.001 * 2^2 = 16.27: a 30-step episode scores at least
+    # -488, where the default 200-step episodes of this untrained policy score about -970.
+    assert summary["final_eval"]["mean_return"] >= -30 * 16.3
+    # Keywords that config.yaml cannot keep as plain data are refused before anything runs, with the way out.
+    odd = rl_suite.make("Pendulum-v1", num_envs=4, seed=0, g=np.float64(9.0))
+    with pytest.raises(ValueError, match=r"not plain data \(env_kwargs\['g'\] is a float64.*pass env_kwargs= to learn"):
+        PPO.for_env(odd, **TINY_PPO).learn(odd, total_steps=64, run_dir=tmp_path / "odd", progress=False)
+    assert not (tmp_path / "odd").exists()
+
+
 def test_learn_predict_save_and_load(tmp_path):
     agent, env = build(PPO, "CartPole-v1", TINY_PPO)
     summary = agent.learn(env, total_steps=320, run_dir=tmp_path / "run", eval_episodes=3, progress=False)
