@@ -9,6 +9,7 @@ never in place of it.
 from __future__ import annotations
 
 import argparse
+import csv
 import hashlib
 import json
 import math
@@ -227,6 +228,45 @@ def fixed_policy_evaluation(env_id: str, kind: str, seed: int, episodes: int, en
         return evaluate(FixedPolicy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
 
 
+class ExportedPlay:
+    """An exported policy file (``rl-suite export``'s ONNX or TorchScript), asked for actions as the runner's
+    evaluation asks an agent: what the file computes, normalisation, scaling and clipping included. A legged policy's
+    file returns joint offsets (actions times ``action_scale``, for the robot's PD targets); they go back to the
+    task's action units here, which the task scales again."""
+
+    def __init__(self, path: pathlib.Path):
+        from rl_suite.deploy.runtime import load_policy
+
+        self.policy = load_policy(path)
+        scale = None if self.policy.robot is None else np.asarray(self.policy.robot["action_scale"])
+        self.unit = None if scale is None else np.where(scale != 0, scale, 1.0)
+
+    def act(self, obs, deterministic: bool = True):
+        actions = self.policy(obs.cpu().numpy())
+        return torch.as_tensor(actions if self.unit is None else actions / self.unit, dtype=torch.float32), {}
+
+
+def exported_policy_evaluation(env_id: str, path: pathlib.Path, seed: int, episodes: int, env_kwargs: dict) -> dict:
+    """The runner's evaluation of the exported policy at ``path`` on ``episodes`` episodes of ``env_id`` made with
+    ``env_kwargs``, on ``seed``: the task's metrics. With the policy file's SHA-256, so that a result kept beside the
+    file is reused only for the same file."""
+    from rl_suite.registry import make
+    from rl_suite.runner import evaluate
+
+    with make(env_id, num_envs=episodes, seed=seed, **env_kwargs) as env:
+        result = evaluate(ExportedPlay(path), env, seed=seed)
+    return {**result, "policy_sha256": hashlib.sha256(path.read_bytes()).hexdigest(), "seed": seed}
+
+
+def write_csv(path: pathlib.Path, rows: list[dict], fields: list[str] | None = None) -> None:
+    """Write ``rows`` to ``path`` as CSV, with the columns ``fields`` (keys of a row outside them are left out) or, by
+    default, the first row's keys."""
+    with open(path, "w", newline="") as file:
+        writer = csv.DictWriter(file, fieldnames=fields or list(rows[0]), extrasaction="ignore" if fields else "raise")
+        writer.writeheader()
+        writer.writerows(rows)
+
+
 def write_report(path: pathlib.Path, lines: list[str]) -> None:
     """Write a report's markdown lines to ``path`` and print them."""
     path.write_text("\n".join(lines) + "\n")
@@ -440,6 +480,28 @@ def check_pool_arguments(parser: argparse.ArgumentParser, args: argparse.Namespa
     cores = len(os.sched_getaffinity(0))
     if not 1 <= args.jobs <= cores:
         parser.error(f"--jobs must be between 1 and the {cores} cores this process may use, got {args.jobs}")
+
+
+def pool_parser(description: str) -> argparse.ArgumentParser:
+    """The parser of a script whose runs ``run_pinned`` pools: ``--jobs`` (and the hidden ``--worker``), ``--seeds``
+    and ``--seed-count``, ``--runs-dir`` and ``--fresh``; the script adds its own grid's arguments."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
+    add_pool_arguments(parser)
+    add_seed_arguments(parser)
+    add_resume_arguments(parser)
+    return parser
+
+
+def parse_pool_arguments(parser: argparse.ArgumentParser, run) -> argparse.Namespace | None:
+    """The command line of a ``pool_parser``: in a worker process, ``run`` its job and return None; otherwise the
+    arguments, with the seeds and ``--jobs`` checked."""
+    args = parser.parse_args()
+    if args.worker:
+        run_worker(args.worker, run)
+        return None
+    check_seed_arguments(parser, args)
+    check_pool_arguments(parser, args)
+    return args
 
 
 # -- statistics over seeds -------------------------------------------------------------------------------------------

@@ -27,7 +27,6 @@ they ran on.
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import pathlib
@@ -287,19 +286,13 @@ def plot(rows: list[dict], randoms: dict[str, float], args, path: pathlib.Path) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.pool_parser(__doc__)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK")
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--dmc-steps", type=int, default=DMC_STEPS, help="dm_control steps per run (default 500k)")
-    common.add_pool_arguments(parser)
-    common.add_seed_arguments(parser)
-    common.add_resume_arguments(parser)
-    args = parser.parse_args()
-    if args.worker:
-        common.run_worker(args.worker, run_ours)
+    args = common.parse_pool_arguments(parser, run_ours)
+    if args is None:  # a worker process, its job done
         return
-    common.check_seed_arguments(parser, args)
-    common.check_pool_arguments(parser, args)
     if args.dmc_steps < 1000:
         parser.error(f"--dmc-steps must be at least 1,000 (one episode), got {args.dmc_steps:,}")
     scale = args.dmc_steps / DMC_STEPS

@@ -26,7 +26,7 @@ import tempfile
 import time
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parent))
-from common import add_seed_arguments, best_of, check_seed_arguments, mean_std, over_seeds  # noqa: E402
+from common import add_seed_arguments, best_of, check_seed_arguments, mean_std, over_seeds, write_csv  # noqa: E402
 
 BUDGETS = {"MultiGoal-v0": 200_000, "Pendulum-v1": 150_000, "HalfCheetah-v5": 100_000}  # env steps per run
 ALGOS = ("ppo", "fpo", "policyflow")
@@ -92,13 +92,6 @@ def read_rows(path: pathlib.Path) -> list[dict]:
         return []
     with open(path, newline="") as file:
         return list(csv.DictReader(file))
-
-
-def write_csv(path: pathlib.Path, rows: list[dict]) -> None:
-    with open(path, "w", newline="") as file:
-        writer = csv.DictWriter(file, fieldnames=FIELDS, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
 
 
 def number(value) -> float | None:
@@ -223,7 +216,7 @@ def main() -> None:
     args.results_dir.mkdir(exist_ok=True)
     csv_path = args.results_dir / f"flow_policies{args.suffix}.csv"
     kept = [r for r in read_rows(csv_path) if r["task"] not in args.tasks]
-    write_csv(csv_path, kept + rows)
+    write_csv(csv_path, kept + rows, FIELDS)
     merged = read_rows(csv_path)  # every row as text, as the kept ones are
     order = {task: k for k, task in enumerate(dict.fromkeys([*BUDGETS, *args.tasks]))}
     merged.sort(key=lambda r: order.get(r["task"], len(order)))

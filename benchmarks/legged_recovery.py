@@ -31,7 +31,6 @@ evaluation during training) into ``--results-dir``. Finished runs are kept in ``
 
 from __future__ import annotations
 
-import csv
 import datetime
 
 import common
@@ -147,10 +146,7 @@ def write(runs: dict, baselines: dict, args) -> None:
         for row in result["evaluations"]
     ]  # fmt: skip
     if rows:
-        with open(folder / "legged_recovery.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        common.write_csv(folder / "legged_recovery.csv", rows)
     percent, fmt = "{:.0%}", "{:.3f}"
     lines = [
         f"# Getting up on {ENV_ID}: PPO with and without a reset bank of fallen poses, on this CPU",

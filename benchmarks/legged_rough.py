@@ -27,7 +27,6 @@ lacks; ``--fresh`` ignores them).
 
 from __future__ import annotations
 
-import csv
 import datetime
 import math
 
@@ -180,10 +179,7 @@ def write(runs: dict[int, dict], baselines: dict[str, dict], args, flat_standing
         for row in result["evaluations"]
     ]
     if rows:
-        with open(folder / "legged_rough.csv", "w", newline="") as f:
-            writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        common.write_csv(folder / "legged_rough.csv", rows)
     final_level = {
         seed: (result["evaluations"][-1].get("rollout_terrain_level", math.nan) if result["evaluations"] else math.nan)
         for seed, result in runs.items()

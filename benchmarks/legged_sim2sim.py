@@ -22,7 +22,6 @@ Writes ``legged_sim2sim.md`` and ``legged_sim2sim.csv`` (the humanoid's: ``human
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import pathlib
 import platform
@@ -147,10 +146,7 @@ def summary(rows: list[dict], policy: str, simulator: str) -> tuple[float, int]:
 def write(rows: list[dict], args) -> None:
     folder, stem = args.results_dir, ROBOTS[args.robot]
     folder.mkdir(parents=True, exist_ok=True)
-    with open(folder / f"{stem}.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(folder / f"{stem}.csv", rows)
     policies = list(dict.fromkeys(r["policy"] for r in rows))
     trained = [p for p in policies if p.endswith(".onnx")]
     robot_flag = "" if args.robot == "quadruped" else f" --robot {args.robot}"
@@ -195,8 +191,7 @@ def write(rows: list[dict], args) -> None:
             f"| {r['policy']} | {r['simulator']} | {r['command']} | {r['error']:.3f} | {r['yaw_error']:.3f} | "
             f"{quality} | {r['fell']} |"
         )
-    (folder / f"{stem}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.write_report(folder / f"{stem}.md", lines)
 
 
 if __name__ == "__main__":

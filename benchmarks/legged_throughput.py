@@ -26,7 +26,6 @@ short windows and small N, printed only).
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import json
 import os
@@ -35,6 +34,7 @@ import subprocess
 import sys
 import time
 
+import common
 import mujoco
 import mujoco.rollout
 import numpy as np
@@ -161,10 +161,7 @@ def main() -> None:
         return "met" if row[key] >= GOAL else "**missed**"
 
     RESULTS.mkdir(exist_ok=True)
-    with open(RESULTS / "legged_throughput.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(RESULTS / "legged_throughput.csv", rows)
     lines = [
         "# Policy steps per second of the legged velocity task against mujoco.rollout",
         "",
@@ -183,8 +180,7 @@ def main() -> None:
             f"{row['ours_over_rollout']:.0%} | {row['kit_over_rollout']:.0%} | {verdict(row, 'ours_over_rollout')} "
             f"| {verdict(row, 'kit_over_rollout')} |"
         )
-    (RESULTS / "legged_throughput.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.write_report(RESULTS / "legged_throughput.md", lines)
 
 
 if __name__ == "__main__":

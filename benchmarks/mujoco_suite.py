@@ -327,8 +327,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
             f"| {run['task']} | {library_name(run['lib'])} | {run['algo'].upper()} | {run['seed']} | "
             f"{run['env_steps']:,} | {run['final_return']:,.0f} |"
         )
-    (directory / f"mujoco_suite{suffix}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.write_report(directory / f"mujoco_suite{suffix}.md", lines)
 
 
 def main() -> None:

@@ -121,10 +121,7 @@ def throughput(num_envs=NUM_ENVS, seconds: float = 2.0, mpe2_max_calls: int | No
 
 def write_throughput(rows: list[dict], command: str, directory: pathlib.Path = common.RESULTS) -> None:
     directory.mkdir(parents=True, exist_ok=True)
-    with open(directory / "multiagent_throughput.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(directory / "multiagent_throughput.csv", rows)
 
     def cell(value) -> str:
         return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value}x"

@@ -34,7 +34,6 @@ standing play's over the seeds), ``offpolicy.csv`` (one row per run), ``offpolic
 
 from __future__ import annotations
 
-import argparse
 import csv
 import datetime
 import pathlib
@@ -325,19 +324,13 @@ def unshipped(tasks: list[str], trainings: list[str]) -> list[str]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.pool_parser(__doc__)
     parser.add_argument("--tasks", nargs="+", default=list(TASK_MINUTES), choices=list(TASK_MINUTES))
     parser.add_argument("--trainings", nargs="+", default=list(TRAININGS), choices=list(TRAININGS), metavar="TRAINING")
     parser.add_argument("--minutes", type=float, default=None, help="every run's budget (default: the task's)")
-    common.add_seed_arguments(parser)
-    common.add_resume_arguments(parser)
-    common.add_pool_arguments(parser)
-    args = parser.parse_args()
-    if args.worker:
-        common.run_worker(args.worker, run)
+    args = common.parse_pool_arguments(parser, run)
+    if args is None:  # a worker process, its job done
         return
-    common.check_seed_arguments(parser, args)
-    common.check_pool_arguments(parser, args)
     if missing := unshipped(args.tasks, args.trainings):
         parser.error("no shipped settings for " + "; ".join(missing))
     minutes = sum(args.minutes or TASK_MINUTES[t] for t in args.tasks) * len(args.trainings) * len(args.seeds)

@@ -35,7 +35,6 @@ env steps and against wall-clock, per task).
 
 from __future__ import annotations
 
-import argparse
 import copy
 import csv
 import datetime
@@ -205,10 +204,7 @@ def write_results(rows: list[dict], randoms: dict[str, float], args) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     fields = ["task", "algo", "seed", "env_steps", "final", "best", "area", "seconds", "updates", "update_kl_max",
               "updates_over_bound", "fixup_share", "fixup_capped", "commit"]  # fmt: skip
-    with open(folder / "onpolicy_variants.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields, extrasaction="ignore")
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(folder / "onpolicy_variants.csv", rows, fields)
     with open(folder / "onpolicy_variants_curves.csv", "w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["task", "algo", "seed", "env_steps", "wall_time_s", "mean_return"])
@@ -329,19 +325,13 @@ def plot(rows: list[dict], randoms: dict[str, float], args, path: pathlib.Path) 
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = common.pool_parser(__doc__)
     parser.add_argument("--tasks", nargs="+", default=list(TASKS), choices=TASKS, metavar="TASK")
     parser.add_argument("--algos", nargs="+", default=list(ALGOS), choices=ALGOS)
     parser.add_argument("--steps-scale", type=float, default=1.0, help="scale every task's env-step budget")
-    common.add_pool_arguments(parser)
-    common.add_seed_arguments(parser)
-    common.add_resume_arguments(parser)
-    args = parser.parse_args()
-    if args.worker:
-        common.run_worker(args.worker, run)
+    args = common.parse_pool_arguments(parser, run)
+    if args is None:  # a worker process, its job done
         return
-    common.check_seed_arguments(parser, args)
-    common.check_pool_arguments(parser, args)
     if not 0 < args.steps_scale <= 10:
         parser.error(f"--steps-scale must be in (0, 10], got {args.steps_scale}")
     minutes = sum(MINUTES[task] * args.steps_scale for task in args.tasks) * len(args.algos) * len(args.seeds)

@@ -215,8 +215,7 @@ def write_results(rows: list[dict], args, random_returns: dict[str, float]) -> N
             f"| {r['task']} | {r['label']} | {r['seed']} | {r['num_envs']} | {r['env_steps']:,} | {r['final']:.0f} | "
             f"{r['peak']:.0f} | {at:.0f} |"
         )
-    (directory / f"pql_vs{suffix}.md").write_text("\n".join(lines) + "\n")
-    print("\n".join(lines))
+    common.write_report(directory / f"pql_vs{suffix}.md", lines)
 
 
 def main() -> None:

@@ -27,7 +27,6 @@ on. Finished training runs are kept in ``<--runs-dir>/pursuit/`` (a stopped invo
 from __future__ import annotations
 
 import argparse
-import csv
 import datetime
 import os
 import time
@@ -148,10 +147,7 @@ def main() -> None:
 
 
 def write_throughput(rows: list[dict], args) -> None:
-    with open(args.results_dir / "pursuit_throughput.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[0]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(args.results_dir / "pursuit_throughput.csv", rows)
     at_goal = [row for row in rows if row["pursuers"] == 1000]
     best = max(at_goal, key=lambda row: row["agent_steps_per_s"], default=None)
     one_thread = max((row["agent_steps_per_s"] for row in at_goal if row["threads"] == 1), default=0.0)

@@ -355,10 +355,7 @@ def write(rows: list[dict], args) -> None:
     path = directory / "sim2sim.csv"
     if args.append and path.is_file():
         rows = read_kept_rows(path, {(r["task"], r["training"]) for r in rows}) + rows
-    with open(path, "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=list(rows[-1]))
-        writer.writeheader()
-        writer.writerows(rows)
+    common.write_csv(path, rows, list(rows[-1]))
     lines = ["# Sim-to-sim: MuJoCo-trained policies deployed to PyBullet", ""]
     for run in dict.fromkeys((r["command"], r["note"]) for r in rows):
         lines += [f"- `{run[0]}`" + (f": {run[1]}" if run[1] else "")]

@@ -41,7 +41,6 @@ quote.
 from __future__ import annotations
 
 import argparse
-import csv
 import dataclasses
 import datetime
 import math
@@ -80,6 +79,7 @@ from common import (  # noqa: E402
     over_seeds,
     random_policy_evaluation,
     verdict,
+    write_csv,
 )
 from env_throughput import machine  # noqa: E402
 
@@ -656,10 +656,7 @@ def main() -> None:
         "steps_per_s",
         "grad_steps_per_1k",
     ]
-    with open(results_dir / "vs_sb3.csv", "w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=fields)
-        writer.writeheader()
-        writer.writerows(csv_rows)
+    write_csv(results_dir / "vs_sb3.csv", csv_rows, fields)
     command = shlex.join(["python", "benchmarks/vs_sb3.py", *sys.argv[1:]])
     lines = [
         "# rl-suite against stable-baselines3",

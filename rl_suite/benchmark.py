@@ -298,7 +298,7 @@ def run_grid(bench_dir: pathlib.Path, grid: Grid, jobs: int | None = None, threa
     their logs named in what ``echo`` printed). On Ctrl-C every running run is interrupted, writes its checkpoint and
     stops; a rerun continues them."""
     cores, jobs = parallelism(jobs, threads)
-    slots = [cores[(slot * threads) % len(cores):][:threads] or cores[:threads] for slot in range(jobs)]
+    slots = [cores[(slot * threads) % len(cores) :][:threads] or cores[:threads] for slot in range(jobs)]
     (bench_dir / "logs").mkdir(parents=True, exist_ok=True)
     # Two benchmarks in one directory would train one run twice. The runs inherit the lock, so it is held until the
     # last of them has stopped, even when this process was killed (its runs then stop at their next step).
@@ -378,6 +378,7 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
     log = open(bench_dir / "logs" / f"{run.name}.log", "a")  # noqa: SIM115 - the child process holds it
     log.write(f"$ {' '.join(command)}\n")
     log.flush()
+
     def in_the_child() -> None:
         os.sched_setaffinity(0, cores)
         # Linux's PR_SET_PDEATHSIG (1): if this benchmark dies, even by SIGKILL, its runs get SIGHUP, checkpoint and
