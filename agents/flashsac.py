@@ -56,44 +56,29 @@ import gymnasium as gym
 import torch
 from torch import nn
 
-from rl_suite.agent import Agent
 from rl_suite.bounded_networks import OneMember, ResidualNet
-from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec, updates_per_step
+from rl_suite.buffers import ReplayBuffer
 from rl_suite.categorical import distributional_target
 from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ActionScaler, ReturnScale, TanhGaussian
+from rl_suite.offpolicy import OffPolicyAgent, OffPolicyConfig
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
 LOG_STD_MIN, LOG_STD_MAX = -10.0, 2.0
 
 
 @dataclasses.dataclass(frozen=True)
-class FlashSACConfig:
-    buffer_size: int = setting(1_000_000, at_least=1)
-    """Replay capacity in transitions (all environments together)."""
-    batch_size: int = setting(512, at_least=1)
-    """Transitions per gradient update."""
+class FlashSACConfig(OffPolicyConfig):  # the replay settings (rl_suite/offpolicy.py), with FlashSAC's defaults:
+    batch_size: int = 512
+    tau: float = 0.01
+    learning_starts: int = 10_000
+    # updates_per_transition 1 with one environment is the authors' CPU regime; their GPU regime, 2 updates per batched
+    # step of 1,024 environments, is updates_per_env_step=2 (the gpu profile of agents/hyperparams/flashsac.yaml).
     lr: float = setting(3e-4, above=0)
     """Adam learning rate of the actor, the critics and the temperature at the start."""
     lr_final: float = setting(1.5e-4, at_least=0)
     """The learning rate at the end of the step budget, reached by a cosine decay."""
-    gamma: float = setting(0.99, at_least=0, at_most=1)
-    """Discount factor."""
-    tau: float = setting(0.01, above=0, at_most=1)
-    """Soft target update rate."""
-    n_step: int = setting(1, at_least=1)
-    """Length of the n-step returns sampled from the replay buffer."""
-    learning_starts: int = setting(10_000, at_least=0)
-    """Env steps (all environments together) of uniformly random actions before learning starts."""
-    steps_per_iteration: int = setting(1, at_least=1)
-    """Batched env steps collected between rounds of updates."""
-    updates_per_transition: float = setting(1.0, above=0)
-    """Critic updates per collected transition: with N environments each batched step brings N transitions, and so N
-    times this many updates (the authors' CPU regime: 1 with one environment)."""
-    updates_per_env_step: float = setting(0.0, at_least=0)
-    """Above 0, this replaces ``updates_per_transition``: critic updates per batched env step, whatever N (the
-    authors' GPU regime: 2 per step of 1,024 environments)."""
     actor_update_period: int = setting(2, at_least=1)
     """Critic updates per actor and temperature update."""
     actor_width: int = setting(128, at_least=1)
@@ -199,7 +184,7 @@ class FlashCritics(nn.Module):
         self.net.project()
 
 
-class FlashSAC(Agent):
+class FlashSAC(OffPolicyAgent):
     name = "flashsac"
     Config = FlashSACConfig
     action_space_types = (gym.spaces.Box,)
@@ -243,29 +228,15 @@ class FlashSAC(Agent):
         # Holding times k = 1..noise_repeat_max of the exploration noise, P(k) ~ k^-s.
         holding = torch.arange(1, c.noise_repeat_max + 1, dtype=torch.float64, device=self.device)
         self.holding_probs = holding.pow(-c.noise_repeat_zeta).float()
-        self.env_steps_seen = 0  # counts the random warm-up
-        self.update_credit = 0.0  # fractional updates carried over between iterations
-        self.updates = 0
-        self.skipped_updates = 0
         # Per-environment state, sized by make_buffer (or by the first act): checkpointed as counters.
         self.noise: torch.Tensor | None = None
         self.noise_steps_left: torch.Tensor | None = None
         self._draws: dict[str, torch.Tensor] | None = None  # exploration_noise's buffers, sized on the first step
 
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.config.steps_per_iteration
-
     def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> ReplayBuffer:
-        c = self.config
         self._start_noise(num_envs)
         self.reward_scale.running = torch.zeros(num_envs, device=self.device)
-        extras = {}
-        if self.critic_observation_space is not None:  # the collector fills them (rl_suite/collector.py)
-            shape = (tuple(self.critic_observation_space.shape), torch.float32)
-            extras = {"critic_obs": shape, "next_critic_obs": shape}
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
-        return ReplayBuffer(c.buffer_size, num_envs, spec, self.device, n_step=c.n_step, gamma=c.gamma)
+        return super().make_buffer(num_envs, max_episode_steps)
 
     def _start_noise(self, num_envs: int) -> None:
         self.noise = torch.zeros(num_envs, *self.action_space.shape, device=self.device)
@@ -297,7 +268,7 @@ class FlashSAC(Agent):
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         if deterministic:
             return self.scaler(self.actor(obs, training=False).mode()), {}
-        if self.env_steps_seen < self.config.learning_starts:
+        if self.warming_up():
             action = torch.rand(obs.shape[0], *self.action_space.shape, device=self.device) * 2 - 1
         else:
             noise = self._exploration_noise(obs.shape[0])
@@ -317,11 +288,10 @@ class FlashSAC(Agent):
             rows = {name: buffer.recent(name, c.steps_per_iteration).flip(0) for name in ("rewards", "terminated")}
             done = rows["terminated"] | buffer.recent("truncated", c.steps_per_iteration).flip(0)
             self.reward_scale.observe(rows["rewards"], done)
-        if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
+        if self.warming_up() or not buffer.can_sample():
             return {}
         lr = c.lr_final + (c.lr - c.lr_final) * 0.5 * (1 + math.cos(math.pi * min(max(progress, 0.0), 1.0)))
-        earned = updates_per_step(c, buffer.num_envs) * c.steps_per_iteration  # fractional updates carry over
-        updates, self.update_credit = owed_updates(self.update_credit, earned)
+        updates = self.updates_owed(buffer)
         totals, counts = {}, {}
         for _ in range(updates):
             for key, value in self._update_once(buffer.sample(c.batch_size), lr).items():
@@ -391,10 +361,7 @@ class FlashSAC(Agent):
 
     def counters(self):
         return {
-            "env_steps_seen": self.env_steps_seen,
-            "update_credit": self.update_credit,
-            "updates": self.updates,
-            "skipped_updates": self.skipped_updates,
+            **super().counters(),
             "noise": self.noise,
             "noise_steps_left": self.noise_steps_left,
             "discounted_return": self.reward_scale.running,

@@ -41,11 +41,11 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from rl_suite.agent import Agent
-from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec, updates_per_step
+from rl_suite.buffers import ReplayBuffer
 from rl_suite.config import setting
 from rl_suite.deploy.inference import MLPInference
 from rl_suite.networks import ACTIVATIONS, ActionScaler, RunningNorm, TanhGaussianPolicy, TwinCritic
+from rl_suite.offpolicy import OffPolicyAgent, OffPolicyConfig
 from rl_suite.optim import (
     annealed_expectile,
     expectile_weights,
@@ -60,28 +60,9 @@ DSAC_NOISE_CLIP = 3.0  # the sampled target return's noise, in standard deviatio
 
 
 @dataclasses.dataclass(frozen=True)
-class SACConfig:
-    buffer_size: int = setting(1_000_000, at_least=1)
-    """Replay capacity in transitions (all environments together)."""
-    batch_size: int = setting(256, at_least=1)
-    """Transitions per gradient update."""
+class SACConfig(OffPolicyConfig):  # the replay settings: rl_suite/offpolicy.py
     lr: float = setting(3e-4, above=0)
     """Adam learning rate of the actor, the critics and the temperature."""
-    gamma: float = setting(0.99, at_least=0, at_most=1)
-    """Discount factor."""
-    tau: float = setting(0.005, above=0, at_most=1)
-    """Soft target update rate."""
-    n_step: int = setting(1, at_least=1)
-    """Length of the n-step returns sampled from the replay buffer."""
-    learning_starts: int = setting(5_000, at_least=0)
-    """Env steps (all environments together) of uniformly random actions before learning starts."""
-    steps_per_iteration: int = setting(1, at_least=1)
-    """Batched env steps collected between rounds of updates."""
-    updates_per_transition: float = setting(1.0, above=0)
-    """Gradient updates per collected transition: with N environments each batched step brings N transitions, and so
-    N times this many updates."""
-    updates_per_env_step: float = setting(0.0, at_least=0)
-    """Above 0, this replaces ``updates_per_transition``: gradient updates per batched env step, whatever N."""
     hidden: tuple[int, ...] = setting((256, 256), at_least=1)
     """Hidden layer widths of the actor and of each critic."""
     activation: str = setting("relu", choices=tuple(ACTIVATIONS))
@@ -114,7 +95,7 @@ class SACConfig:
     """Env steps over which the expectile reaches 0.5; 0 for the run's whole step budget."""
 
 
-class SAC(Agent):
+class SAC(OffPolicyAgent):
     name = "sac"
     Config = SACConfig
     supports_distributed = True  # trains under torchrun (rl_suite/distributed.py)
@@ -166,29 +147,12 @@ class SAC(Agent):
         self.optimizer = torch.optim.Adam(parameters, lr=c.lr, fused=True)
         self.optimizers = {"optimizer": self.optimizer}
         self.target_entropy = -float(act_dim) if c.target_entropy is None else c.target_entropy
-        self.env_steps_seen = 0  # counts the random warm-up
-        self.update_credit = 0.0  # fractional updates carried over between iterations
-        self.updates = 0
-        self.skipped_updates = 0
-
-    @property
-    def steps_per_iteration(self) -> int:
-        return self.config.steps_per_iteration
-
-    def make_buffer(self, num_envs: int, max_episode_steps: int | None = None) -> ReplayBuffer:
-        extras = {}
-        if self.critic_observation_space is not None:  # the collector fills them (rl_suite/collector.py)
-            shape = (tuple(self.critic_observation_space.shape), torch.float32)
-            extras = {"critic_obs": shape, "next_critic_obs": shape}
-        spec = transition_spec(self.observation_space.shape, self.action_space.shape, torch.float32, extras)
-        c = self.config
-        return ReplayBuffer(c.buffer_size, num_envs, spec, self.device, n_step=c.n_step, gamma=c.gamma)
 
     @torch.no_grad()
     def act(self, obs: torch.Tensor, deterministic: bool = False):
         if deterministic:
             return self.scaler(self.actor(self.normalizer(obs)).mode()), {}
-        if self.env_steps_seen < self.config.learning_starts:
+        if self.warming_up():
             action = torch.rand(obs.shape[0], *self.action_space.shape, device=self.device) * 2 - 1
         else:
             action, _ = self.actor(self.normalizer(obs)).rsample_with_log_prob()
@@ -202,14 +166,13 @@ class SAC(Agent):
 
     def update(self, buffer: ReplayBuffer, progress: float = 0.0) -> dict[str, torch.Tensor]:
         c = self.config
-        if self.env_steps_seen < c.learning_starts or not buffer.can_sample():
+        if self.warming_up() or not buffer.can_sample():
             return {}
         if c.normalize_obs:  # learn the statistics from the newest observations
             self.normalizer.update(buffer.recent("obs", c.steps_per_iteration))
             if self.critic_observation_space is not None:
                 self.critic_normalizer.update(buffer.recent("critic_obs", c.steps_per_iteration))
-        earned = updates_per_step(c, buffer.num_envs) * c.steps_per_iteration  # fractional updates carry over
-        updates, self.update_credit = owed_updates(self.update_credit, earned)
+        updates = self.updates_owed(buffer)
         if c.expectile != 0.5:  # annealed Q-learning's schedule, in TensorBoard as expectile
             self.expectile = annealed_expectile(c.expectile, c.expectile_anneal_steps, progress, self.env_steps_seen)
         totals = {}
@@ -292,11 +255,3 @@ class SAC(Agent):
         mean_term = -(target - mean_d) / (std_d.square() + DSAC_EPS) * mean
         std_term = -((mean_d - clipped).square() - std_d.square()) / (std_d.pow(3) + DSAC_EPS) * std
         return ((running.square() + DSAC_EPS).unsqueeze(1) * (mean_term + std_term)).mean(1).sum(0)
-
-    def counters(self):
-        return {
-            "env_steps_seen": self.env_steps_seen,
-            "update_credit": self.update_credit,
-            "updates": self.updates,
-            "skipped_updates": self.skipped_updates,
-        }

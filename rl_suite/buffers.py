@@ -57,15 +57,6 @@ def gae(
     return advantages, advantages + values
 
 
-def updates_per_step(config, num_envs: int) -> float:
-    """Gradient updates per batched env step of ``num_envs`` environments, from an off-policy agent's config:
-    ``updates_per_env_step`` where it is above 0, else ``updates_per_transition`` for each of the step's ``num_envs``
-    transitions (SAC and FlashSAC)."""
-    if config.updates_per_env_step > 0:
-        return config.updates_per_env_step
-    return config.updates_per_transition * num_envs
-
-
 def owed_updates(credit: float, earned: float) -> tuple[int, float]:
     """The whole gradient updates owed once ``earned`` (fractional) updates join the ``credit`` carried over, and the
     fraction carried on: ``(updates, credit)``."""

@@ -234,7 +234,7 @@ def test_the_update_ratio_counts_per_transition_or_per_batched_step_as_named():
     """``updates_per_transition`` scales with the environments a batched step brings; ``updates_per_env_step`` does
     not: FlashSAC's GPU regime is 2 updates per step of 1,024 environments, the CPU regime 1 per transition."""
     from rl_suite.agents.sac import SACConfig as SAC  # both agents read the same two fields
-    from rl_suite.buffers import updates_per_step
+    from rl_suite.offpolicy import updates_per_step
 
     for config in (FlashSAC.Config(), SAC()):
         assert updates_per_step(config, 1) == 1.0 and updates_per_step(config, 1024) == 1024.0
