@@ -251,6 +251,8 @@ def _cmd_play(args) -> int:
 
     if args.source is not None and not pathlib.Path(args.source).exists():
         raise ValueError(f"{args.source}: no such run directory or exported policy file")
+    if args.source is not None and args.robot is not None:
+        raise ValueError("--robot picks a shipped policy: give it without a RUN_DIR or FILE")
     is_run = args.source is not None and pathlib.Path(args.source).is_dir()
     flags = _FILE_PLAY_FLAGS if is_run else _RUN_PLAY_FLAGS
     given = [flag for key, flag in flags.items() if getattr(args, key) not in (None, [])]
@@ -283,7 +285,8 @@ def _cmd_play(args) -> int:
         return 0
     play = load_entry_point(_PLAYER)
     command = (0.5, 0.0, 0.0) if args.command is None else tuple(args.command)
-    result = play(args.source, command, 10.0 if args.seconds is None else args.seconds, args.video, viewer, **size)
+    seconds, robot = 10.0 if args.seconds is None else args.seconds, args.robot or "quadruped"
+    result = play(args.source, command, seconds, args.video, viewer, robot=robot, **size)
     print(
         f"{result['policy']}: command {result['command']} for {result['seconds']:.1f} s: mean velocity "
         f"{[round(v, 2) for v in result['mean_velocity']]}, RMS planar tracking error "
@@ -441,7 +444,7 @@ def build_parser() -> argparse.ArgumentParser:
     play = commands.add_parser(
         "play",
         help="watch a training run's newest policy (RUN_DIR) or an exported legged policy (FILE; default: the shipped "
-        "quadruped): in MuJoCo's viewer where a display exists, else as a video",
+        "quadruped's, or --robot humanoid): in MuJoCo's viewer where a display exists, else as a video",
         description="Play a run's newest policy for a few episodes, printing each episode's return and length, or an "
         "exported legged policy on a MuJoCo robot built from its file. With a display and no --video, MuJoCo tasks "
         "open MuJoCo's passive viewer, in real time; otherwise the episodes are written to a video, one frame per "
@@ -453,6 +456,11 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="RUN_DIR | FILE",
         help="a training run's directory, or an exported .onnx or .pt policy of a legged task (default: the shipped "
         "quadruped)",
+    )
+    play.add_argument(
+        "--robot",
+        choices=("quadruped", "humanoid"),
+        help="without a RUN_DIR or FILE: whose shipped flat-ground policy to play (default quadruped)",
     )
     play.add_argument("--episodes", type=int, help="RUN_DIR: episodes to play, one after another (default 1)")
     play.add_argument(

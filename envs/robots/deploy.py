@@ -148,7 +148,10 @@ class MujocoRobot(EntryRobot):
 
 
 SHIPPED_POLICIES = Path(__file__).parent / "policies"
-"""Trained policies shipped with the suite (``quadruped_flat.onnx``; see docs/reference/tasks.md, Legged robots)."""
+"""Trained policies shipped with the suite (``quadruped_flat.onnx``, ``humanoid_flat.onnx``; see
+docs/reference/tasks.md, Legged robots)."""
+SHIPPED_ROBOTS = ("quadruped", "humanoid")
+"""The robots with a shipped flat-ground policy, ``SHIPPED_POLICIES / f"{robot}_flat.onnx"``."""
 
 
 def play(
@@ -159,26 +162,30 @@ def play(
     viewer: bool | None = None,
     width: int = 640,
     height: int = 480,
+    robot: str = "quadruped",
 ) -> dict:
-    """Run an exported legged policy (default: the shipped flat-ground quadruped) on ``MujocoRobot`` for ``seconds``
-    at the file's control rate, with a constant ``command`` (v_x, v_y, yaw rate). ``video``: write the run to this
-    file (``.gif``, or ``.mp4`` with imageio-ffmpeg installed), from the model's ``track`` camera where it has one.
-    ``viewer``: show it in MuJoCo's viewer, in real time (``None``: when a display exists and no video is asked for).
-    Returns what happened: the RMS planar tracking error (m/s), the mean velocities, and whether the robot fell."""
+    """Run an exported legged policy (default: the shipped flat-ground policy of ``robot``, one of
+    ``SHIPPED_ROBOTS``) on ``MujocoRobot`` for ``seconds`` at the file's control rate, with a constant ``command``
+    (v_x, v_y, yaw rate). ``video``: write the run to this file (``.gif``, or ``.mp4`` with imageio-ffmpeg
+    installed), from the model's ``track`` camera where it has one. ``viewer``: show it in MuJoCo's viewer, in real
+    time (``None``: when a display exists and no video is asked for). Returns what happened: the RMS planar tracking
+    error (m/s), the mean velocities, and whether the robot fell."""
     import time
 
     from rl_suite.deploy.runtime import load_policy
 
     if video is not None:
         check_video_path(Path(video))  # before the episode is run, not after
-    path = Path(policy_path) if policy_path is not None else SHIPPED_POLICIES / "quadruped_flat.onnx"
+    if policy_path is None and robot not in SHIPPED_ROBOTS:
+        raise ValueError(f"robot must be one of {', '.join(SHIPPED_ROBOTS)} (a shipped policy), got {robot!r}")
+    path = Path(policy_path) if policy_path is not None else SHIPPED_POLICIES / f"{robot}_flat.onnx"
     if policy_path is None and not path.is_file():
         raise ValueError(
             f"no trained policy is shipped yet ({path} does not exist): give an exported file, rl-suite play FILE "
             "(from rl-suite export RUN_DIR of a legged task)"
         )
     policy = load_policy(path, robot=True)
-    robot = MujocoRobot(policy.robot, command=command)
+    walker = MujocoRobot(policy.robot, command=command)
     steps = max(1, round(seconds * float(policy.robot["control_hz"])))
     if viewer is None:
         viewer = video is None and has_display()
@@ -186,24 +193,24 @@ def play(
     if video is not None:
         from rl_suite.envs.mujoco.env import OffscreenRenderer
 
-        renderer = OffscreenRenderer(robot.model)
+        renderer = OffscreenRenderer(walker.model)
         camera = (
-            "track" if robot._mujoco.mj_name2id(robot.model, robot._mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0 else -1
+            "track" if walker._mujoco.mj_name2id(walker.model, walker._mujoco.mjtObj.mjOBJ_CAMERA, "track") >= 0 else -1
         )
     if viewer:
         import mujoco.viewer
 
-        window = mujoco.viewer.launch_passive(robot.model, robot.data)
+        window = mujoco.viewer.launch_passive(walker.model, walker.data)
     velocities, fell = [], False
     period = 1.0 / float(policy.robot["control_hz"])
     try:
         for _ in range(steps):
             started = time.perf_counter()
-            robot.apply_action(policy(robot.read_observation()))
-            velocities.append(robot.planar_velocity())
-            fell = fell or robot.fallen()
+            walker.apply_action(policy(walker.read_observation()))
+            velocities.append(walker.planar_velocity())
+            fell = fell or walker.fallen()
             if renderer is not None:
-                frames.append(renderer.render(robot.data, width, height, camera))
+                frames.append(renderer.render(walker.data, width, height, camera))
             if window is not None:
                 if not window.is_running():
                     break
