@@ -27,6 +27,15 @@ algorithm (its runs and its rows in the report carry the name)::
     set: [eval_episodes=10]
     variants:
       sac-dsac: {algo: sac, set: [critic=dsac]}
+
+and what its report holds besides the returns (``report``; none of it changes a run): the final evaluation's task
+metrics, play that learned nothing evaluated as the runs are (``zero`` actions, ``random`` N(0, 1) ones: the rows
+every threshold is shown against), and a goal whose verdict the report states, for random play too::
+
+    report:
+      metrics: [tracking_error_lin, fell]
+      fixed_plays: [zero, random]
+      goal: {algos: [ppo], metric: tracking_error_lin, at_most: 0.25, every_seed: true}
 """
 
 from __future__ import annotations
@@ -46,12 +55,100 @@ import sys
 import threading
 import time
 
+import torch
 import yaml
 
 from rl_suite.device import usable_cores
 
-GRID_KEYS = ("algos", "envs", "seeds", "total_steps", "time_budget_s", "set", "variants")
+GRID_KEYS = ("algos", "envs", "seeds", "total_steps", "time_budget_s", "set", "variants", "report")
+REPORT_KEYS = ("metrics", "fixed_plays", "goal")
+GOAL_KEYS = ("algos", "metric", "at_least", "at_most", "every_seed")
+FIXED_PLAYS = {"zero": "zero actions", "random": "random, N(0, 1) actions"}  # FixedPlay's kinds, as reports name them
 VARIANT_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.+-]*")
+
+
+@dataclasses.dataclass(frozen=True)
+class Goal:
+    """A line every (algorithm, task) of a benchmark is held to: a final evaluation's ``metric`` at least or at most a
+    number, on every seed (or on the mean over seeds)."""
+
+    metric: str = "mean_return"
+    """A key of the runs' final evaluation: ``mean_return``, or a task metric (``tracking_error_lin``, ``fell``)."""
+    at_least: float | tuple[tuple[str, float], ...] | None = None
+    """Met where the metric is at least this: one number, or one per task (``{task: number}`` in the grid file).
+    Give this or ``at_most``."""
+    at_most: float | tuple[tuple[str, float], ...] | None = None
+    """Met where the metric is at most this."""
+    algos: tuple[str, ...] = ()
+    """The algorithms (or variants) held to it; empty for every one of the grid."""
+    every_seed: bool = True
+    """Every seed's final evaluation must meet it; if false, the mean over seeds."""
+
+    def line(self, task: str) -> float:
+        """The number ``task`` is held to."""
+        bound = self.at_least if self.at_least is not None else self.at_most
+        return dict(bound)[task] if isinstance(bound, tuple) else bound
+
+    def holds(self, value: float, task: str) -> bool:
+        return value >= self.line(task) if self.at_least is not None else value <= self.line(task)
+
+    def words(self, task: str | None = None) -> str:
+        bound = self.at_least if self.at_least is not None else self.at_most
+        if task is not None or not isinstance(bound, tuple):
+            number = f"{self.line(task) if task is not None else bound:g}"
+        else:
+            number = "the task's number (" + ", ".join(f"{name} {value:g}" for name, value in bound) + ")"
+        side = ">=" if self.at_least is not None else "<="
+        over = "on every seed" if self.every_seed else "on the mean over seeds"
+        return f"final {self.metric} {side} {number} {over}"
+
+
+@dataclasses.dataclass(frozen=True)
+class ReportSpec:
+    """What a benchmark's report holds besides the returns; none of it changes a run."""
+
+    metrics: tuple[str, ...] = ()
+    """Task metrics of the final evaluation reported per (algorithm, task): ``tracking_error_lin``, ``fell``, ..."""
+    fixed_plays: tuple[str, ...] = ()
+    """Play that learned nothing, evaluated on each task as the runs' final evaluations are (``FIXED_PLAYS``)."""
+    goal: Goal | None = None
+    """The line the report gives a verdict on, for every algorithm it names and every task."""
+
+
+def report_spec(values, where: str) -> ReportSpec:
+    """A grid's ``report`` mapping as a ``ReportSpec``, refused with the key at fault named."""
+    if values in (None, {}):
+        return ReportSpec()
+    if not isinstance(values, dict) or set(values) - set(REPORT_KEYS):
+        raise ValueError(f"{where}: report must be a mapping of {', '.join(REPORT_KEYS)}, got {values!r}")
+    for key in ("metrics", "fixed_plays"):
+        if not (isinstance(values.get(key, []), list) and all(isinstance(v, str) for v in values.get(key, []))):
+            raise ValueError(f"{where}: report {key} must be a list of names, got {values[key]!r}")
+    unknown = [play for play in values.get("fixed_plays", []) if play not in FIXED_PLAYS]
+    if unknown:
+        raise ValueError(f"{where}: unknown fixed play {unknown[0]!r}; the plays are {', '.join(FIXED_PLAYS)}")
+    goal = values.get("goal")
+    if goal is not None:
+        if not isinstance(goal, dict) or set(goal) - set(GOAL_KEYS):
+            raise ValueError(f"{where}: report goal must be a mapping of {', '.join(GOAL_KEYS)}, got {goal!r}")
+        bounds = [key for key in ("at_least", "at_most") if key in goal]
+        bound = goal[bounds[0]] if len(bounds) == 1 else None
+        per_task = isinstance(bound, dict)
+        numbers = list(bound.values()) if per_task else [bound]
+        if not numbers or not all(isinstance(v, int | float) and not isinstance(v, bool) for v in numbers):
+            raise ValueError(
+                f"{where}: report goal needs one bound, at_least or at_most: a number, or one per task "
+                f"({{task: number}}), got {goal!r}"
+            )
+        if per_task:
+            goal = {**goal, bounds[0]: tuple((str(task), float(value)) for task, value in bound.items())}
+        algos = goal.get("algos", [])
+        if not isinstance(algos, list) or not all(isinstance(a, str) for a in algos):
+            raise ValueError(f"{where}: report goal algos must be a list of names, got {algos!r}")
+        if not isinstance(goal.get("metric", ""), str) or not isinstance(goal.get("every_seed", True), bool):
+            raise ValueError(f"{where}: report goal metric must be a name and every_seed true or false, got {goal!r}")
+        goal = Goal(**{**goal, "algos": tuple(algos)})
+    return ReportSpec(tuple(values.get("metrics", [])), tuple(values.get("fixed_plays", [])), goal)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -72,6 +169,8 @@ class Grid:
     """``key=value`` settings for every run (the ``--set`` of ``rl-suite train``)."""
     variants: tuple[tuple[str, str, tuple[str, ...]], ...] = ()
     """``(name, algorithm, settings)``: an algorithm with its own ``key=value`` settings (after ``settings``)."""
+    report: ReportSpec = ReportSpec()
+    """What the report holds besides the returns (task metrics, play that learned nothing, a goal)."""
 
     def algorithm(self, name: str) -> tuple[str, tuple[str, ...]]:
         """The algorithm that ``name`` in ``algos`` runs, and the settings of its runs."""
@@ -96,7 +195,18 @@ class Grid:
             "time_budget_s": self.time_budget_s,
             "set": list(self.settings),
             "variants": {name: {"algo": algo, "set": list(settings)} for name, algo, settings in self.variants},
+            "report": _plain_report(self.report),
         }
+
+
+def _plain_report(spec: ReportSpec) -> dict:
+    plain = {"metrics": list(spec.metrics), "fixed_plays": list(spec.fixed_plays)}
+    if spec.goal is not None:
+        goal = {key: value for key, value in dataclasses.asdict(spec.goal).items() if value is not None}
+        goal = {key: dict(value) if key in ("at_least", "at_most") and isinstance(value, tuple) else value
+                for key, value in goal.items()}  # fmt: skip
+        plain["goal"] = {**goal, "algos": list(spec.goal.algos)}
+    return {key: value for key, value in plain.items() if value}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -142,6 +252,7 @@ def load_grid(path: str | os.PathLike) -> dict:
     variants = data.get("variants", {})
     if not isinstance(variants, dict):
         raise ValueError(f"{path}: variants must map names to {{algo: NAME, set: [KEY=VALUE, ...]}}, got {variants!r}")
+    report_spec(data.get("report"), str(path))  # a bad report section fails before anything runs
     adapters = [env_id for env_id in data.get("envs", []) if ":" in env_id]
     if adapters:
         raise ValueError(f"{path} names adapter ids {adapters}: give those with --envs on the command line")
@@ -177,6 +288,7 @@ def make_grid(file_values: dict, algos=None, envs=None, seeds=None, total_steps=
         time_budget_s=values["time_budget_s"],
         settings=tuple(values.get("set") or ()),
         variants=_variants(values.get("variants") or {}),
+        report=report_spec(values.get("report"), "the grid"),
     )
 
 
@@ -202,14 +314,23 @@ def check_grid(grid: Grid) -> None:
     """Every algorithm and task exists, and every pair builds with the grid's settings (one environment each, on the
     CPU), so that a typo fails now rather than hours into the benchmark."""
     from rl_suite.config import parse_assignments
+    from rl_suite.multiagent import MultiAgentVecEnv
     from rl_suite.registry import load_algorithm, make
     from rl_suite.settings import check_new_run, new_run_settings
 
     # an unknown name fails here, with a suggestion
     algos = {name: load_algorithm(grid.algorithm(name)[0]) for name in grid.algos}
+    goal = grid.report.goal
+    if goal is not None and set(goal.algos) - set(grid.algos):
+        raise ValueError(f"the report's goal names {sorted(set(goal.algos) - set(grid.algos))}, not in algos")
+    per_task = goal is not None and isinstance(goal.at_least if goal.at_least is not None else goal.at_most, tuple)
+    if per_task and set(grid.envs) != {task for task, _ in (goal.at_least or goal.at_most)}:
+        raise ValueError(f"the report's goal needs one number for each task of the grid ({', '.join(grid.envs)})")
     for env_id in grid.envs:
         env = make(env_id, num_envs=1, seed=0)  # an unknown id fails here, with the close ones
         try:
+            if grid.report.fixed_plays and isinstance(env, MultiAgentVecEnv):
+                raise ValueError(f"the report's fixed plays are for single-agent tasks, not {env_id}")
             for name, algo in algos.items():
                 overrides = {**parse_assignments(list(grid.algorithm(name)[1])), "device": "cpu"}
                 run_values, agent_values = new_run_settings(algo, env_id, overrides)
@@ -264,6 +385,8 @@ def start_benchmark(bench_dir: pathlib.Path, grid: Grid) -> None:
         # algorithms, tasks and seeds may grow: a rerun adds their runs
         grid_values = {key: _union(recorded.get(key, []), grid.to_plain()[key]) for key in ("algos", "envs", "seeds")}
         recorded.update(grid_values, variants={**(recorded.get("variants") or {}), **grid.to_plain()["variants"]})
+        if grid.to_plain()["report"]:  # what the report holds changes no run: the newest grid's says
+            recorded["report"] = grid.to_plain()["report"]
     else:
         recorded = grid.to_plain()
     bench_dir.mkdir(parents=True, exist_ok=True)
@@ -395,6 +518,68 @@ def _launch(bench_dir, grid: Grid, run: BenchmarkRun, cores: list[int], threads:
         log.close()  # the child has its own copy of the descriptor
 
 
+# -- play that learned nothing ------------------------------------------------------------------------------------
+
+
+class FixedPlay:
+    """Play that learned nothing, asked for actions as the runner's evaluation asks an agent: ``zero`` actions (on a
+    legged task, the default pose held by its PD controllers) or ``random`` ones, N(0, 1) in a Box (an untrained
+    Gaussian policy's; the task clips them to its bounds) and uniform over a discrete space, from a fixed seed."""
+
+    def __init__(self, kind: str, action_space, seed: int):
+        if kind not in FIXED_PLAYS:
+            raise ValueError(f"unknown fixed play {kind!r}; the plays are {', '.join(FIXED_PLAYS)}")
+        self.kind, self.action_space = kind, action_space
+        self.generator = torch.Generator().manual_seed(seed)
+
+    def act(self, obs, deterministic: bool = True):
+        import gymnasium as gym
+
+        space, n = self.action_space, obs.shape[0]
+        if isinstance(space, gym.spaces.Discrete):
+            actions = torch.zeros(n, dtype=torch.long) if self.kind == "zero" else (
+                torch.randint(int(space.n), (n,), generator=self.generator))  # fmt: skip
+            return actions + int(space.start), {}
+        if isinstance(space, gym.spaces.MultiDiscrete):
+            nvec = torch.as_tensor(space.nvec)
+            draws = (torch.rand(n, *nvec.shape, generator=self.generator) * nvec).long()
+            return (torch.zeros_like(draws) if self.kind == "zero" else draws), {}
+        shape = (n, *space.shape)
+        return (torch.zeros(shape) if self.kind == "zero" else torch.randn(shape, generator=self.generator)), {}
+
+
+def fixed_play_results(bench_dir: pathlib.Path, grid: Grid, summaries: dict[BenchmarkRun, dict]) -> dict:
+    """``(play, task) -> the final evaluation's metrics`` of each of the report's fixed plays on each task with a
+    finished run, evaluated as that task's first finished run evaluated (its env keywords, episodes and evaluation
+    seed, from its config.yaml). Kept in ``fixed_plays.json`` and reused while the evaluation is the same."""
+    from rl_suite.config import read_yaml
+    from rl_suite.registry import make, trusted_env_spec
+    from rl_suite.runner import evaluate
+
+    kept_path = bench_dir / "fixed_plays.json"
+    kept = json.loads(kept_path.read_text()) if kept_path.is_file() else {}
+    results = {}
+    for env_id in grid.envs:
+        finished = sorted((run for run in summaries if run.env_id == env_id), key=lambda run: (run.seed, run.algo))
+        if not finished or not grid.report.fixed_plays or ":" in env_id:  # an adapter id read from grid.yaml names
+            continue  # code to import: never built from a file (its runs were, from the command line)
+        source = run_dir(bench_dir, finished[0]) / "config.yaml"
+        run = read_yaml(source).get("run", {})
+        _, env_kwargs = trusted_env_spec(env_id, run.get("env_kwargs"), str(source))
+        episodes, seed = int(run.get("eval_episodes", 0)), int(run.get("seed", 0)) + 1_000_003  # the runner's
+        for play in grid.report.fixed_plays:
+            key = json.dumps([play, env_id, env_kwargs, episodes, seed], sort_keys=True)
+            if key not in kept and episodes > 0:
+                with make(env_id, num_envs=episodes, seed=seed, **env_kwargs) as env:
+                    kept[key] = evaluate(FixedPlay(play, env.action_space, seed), env, seed=seed)
+            if key in kept:
+                results[(play, env_id)] = kept[key]
+    partial = kept_path.with_suffix(".tmp")
+    partial.write_text(json.dumps(kept, indent=1))
+    os.replace(partial, kept_path)
+    return results
+
+
 def finished_summaries(bench_dir: pathlib.Path, grid: Grid) -> dict[BenchmarkRun, dict]:
     """The summary.json of every finished run of the grid."""
     summaries = {}
@@ -435,6 +620,8 @@ def benchmark(bench_dir: pathlib.Path, grid: Grid, jobs=None, threads: int = 1, 
     ]
     if failed:
         notes += [f"Failed in this invocation (see logs/): {', '.join(failed)}.", ""]
-    path = write_report(bench_dir, runs, len(whole.runs()), references, f"Benchmark {bench_dir.name}", notes)
+    fixed = fixed_play_results(bench_dir, whole, summaries)
+    path = write_report(bench_dir, runs, len(whole.runs()), references, f"Benchmark {bench_dir.name}", notes,
+                        spec=whole.report, fixed=fixed)  # fmt: skip
     echo(f"report: {path} ({len(runs)} of {len(whole.runs())} runs finished)")
     return 1 if failed else 0

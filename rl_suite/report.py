@@ -122,14 +122,17 @@ def load_references(path: str | pathlib.Path | None = None) -> dict[str, dict]:
 
 
 def write_report(folder: pathlib.Path, runs: list[dict], expected: int, references: dict[str, dict],
-                 title: str, notes: list[str] = ()) -> pathlib.Path:  # fmt: skip
+                 title: str, notes: list[str] = (), spec=None, fixed: dict | None = None) -> pathlib.Path:  # fmt: skip
     """``report.md``, ``report.csv``, ``report_curves.png`` and ``report_profiles.png`` in ``folder`` over the finished
     ``runs`` (each: ``algo``, ``env_id``, ``seed`` and the run's summary.json as ``summary``) of the ``expected``
-    runs. Returns the markdown file's path. The files are made in a scratch folder and moved into place only once
-    all of them are written, so that a failure leaves the previous report whole, never half of a new one."""
+    runs; with ``spec`` (a ``rl_suite.benchmark.ReportSpec``), its task metrics, the play that learned nothing
+    (``fixed``: ``(play, task) -> final evaluation``) and its goal's verdict too. Returns the markdown file's path.
+    The files are made in a scratch folder and moved into place only once all of them are written, so that a failure
+    leaves the previous report whole, never half of a new one."""
     folder.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=folder, prefix=".report-") as scratch:
-        made = _write_report_files(pathlib.Path(scratch), runs, expected, references, title, notes)
+        extra = (spec, fixed or {})
+        made = _write_report_files(pathlib.Path(scratch), runs, expected, references, title, notes, extra)
         for old in REPORT_FILES:  # a picture the new report has not (no finished run yet) must not stay behind
             if old not in made:
                 (folder / old).unlink(missing_ok=True)
@@ -141,7 +144,7 @@ def write_report(folder: pathlib.Path, runs: list[dict], expected: int, referenc
 REPORT_FILES = ("report.csv", "report_curves.png", "report_profiles.png", "report.md")
 
 
-def _write_report_files(folder: pathlib.Path, runs, expected, references, title, notes) -> list[str]:
+def _write_report_files(folder: pathlib.Path, runs, expected, references, title, notes, extra=(None, {})) -> list[str]:
     unevaluated = [run for run in runs if not run["summary"].get("final_eval")]
     if unevaluated:
         names = ", ".join(f"{run['algo']} on {run['env_id']} seed {run['seed']}" for run in unevaluated)
@@ -159,8 +162,14 @@ def _write_report_files(folder: pathlib.Path, runs, expected, references, title,
         "",
     ]
     lines += _returns_table(algos, tasks, final, references)
+    spec, fixed = extra
+    if spec is not None:
+        lines += _fixed_play_section(tasks, spec, fixed)
+        lines += _metrics_section(algos, tasks, runs, spec.metrics)
+        if spec.goal is not None:
+            lines += _goal_section(algos, tasks, runs, spec.goal, fixed)
     lines += _aggregates_section(folder, algos, tasks, final, references)
-    _write_csv(folder / "report.csv", runs, final, references)
+    _write_csv(folder / "report.csv", runs, final, references, spec.metrics if spec is not None else ())
     if runs and _plot_curves(folder / "report_curves.png", algos, tasks, runs):
         lines += ["", "Learning curves: `report_curves.png` (evaluation return, mean over seeds with a 95% bootstrap "
                   "band, against env steps and against wall-clock)."]  # fmt: skip
@@ -192,6 +201,75 @@ def _returns_table(algos, tasks, final, references) -> list[str]:
                 continue
             cells.append(f"{np.mean(scores):,.1f} ± {np.std(scores):,.1f} (n={len(scores)}; best {max(scores):,.1f})")
         lines.append(f"| {task} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _final(run: dict, metric: str) -> float | None:
+    value = run["summary"]["final_eval"].get(metric)
+    return None if value is None else float(value)
+
+
+def _fixed_play_section(tasks, spec, fixed) -> list[str]:
+    rows = [(play, task) for task in tasks for play in spec.fixed_plays if (play, task) in fixed]
+    if not rows:
+        return []
+    from rl_suite.benchmark import FIXED_PLAYS
+
+    columns = ["mean_return", *spec.metrics]
+    lines = ["", "## Play that learned nothing", "",
+             "Evaluated as the runs' final evaluations are (the same episodes, env keywords and evaluation seed).", "",
+             "| task | play | " + " | ".join(columns) + " |", "|---|---|" + "---:|" * len(columns)]  # fmt: skip
+    for play, task in rows:
+        cells = [f"{fixed[(play, task)][c]:,.3f}" if c in fixed[(play, task)] else "-" for c in columns]
+        lines.append(f"| {task} | {FIXED_PLAYS[play]} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _metrics_section(algos, tasks, runs, metrics) -> list[str]:
+    if not metrics:
+        return []
+    lines = ["", "## Final task metrics", "", "Mean ± standard deviation over seeds (n seeds; the lowest and highest).",
+             "", "| task | metric | " + " | ".join(algos) + " |", "|---|---|" + "---:|" * len(algos)]  # fmt: skip
+    for task in tasks:
+        for metric in metrics:
+            cells = []
+            for algo in algos:
+                values = [v for run in runs if run["algo"] == algo and run["env_id"] == task
+                          if (v := _final(run, metric)) is not None]  # fmt: skip
+                cells.append(f"{np.mean(values):,.3f} ± {np.std(values):,.3f} (n={len(values)}; {min(values):,.3f}-"
+                             f"{max(values):,.3f})" if values else "-")  # fmt: skip
+            lines.append(f"| {task} | {metric} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def _goal_section(algos, tasks, runs, goal, fixed) -> list[str]:
+    """Each (algorithm, task) the goal holds to, met or missed, with the values that decide it; what each play that
+    learned nothing gets; and the verdict line."""
+    from rl_suite.benchmark import FIXED_PLAYS
+
+    held = [algo for algo in algos if not goal.algos or algo in goal.algos]
+    lines, verdicts = ["", "## Goal", "", f"Goal: {goal.words()}, for {', '.join(held)} on every task.", ""], []
+    for task in tasks:
+        for algo in held:
+            values = [v for run in sorted(runs, key=lambda r: r["seed"]) if run["algo"] == algo and
+                      run["env_id"] == task if (v := _final(run, goal.metric)) is not None]  # fmt: skip
+            if not values:
+                lines.append(f"- {algo} on {task}: no finished run reports {goal.metric}")
+                verdicts.append(False)
+                continue
+            met = all(goal.holds(v, task) for v in values) if goal.every_seed else goal.holds(np.mean(values), task)
+            verdicts.append(met)
+            shown = ", ".join(f"{v:,.3f}" for v in values)
+            verdict = f"{'met' if met else 'missed'} against {goal.line(task):g}"
+            lines.append(f"- {algo} on {task}: {verdict} ({shown}; mean {np.mean(values):,.3f})")
+        for play in FIXED_PLAYS:
+            if (play, task) in fixed and goal.metric in fixed[(play, task)]:
+                value = fixed[(play, task)][goal.metric]
+                meets = "meets it: this line does not tell learning from none" if goal.holds(value, task) else ""
+                lines.append(f"- {FIXED_PLAYS[play]} on {task}: {value:,.3f}, {meets or 'misses it'}")
+    count = sum(verdicts)
+    word = "met" if verdicts and all(verdicts) else "**missed**"
+    lines += ["", f"Goal ({goal.words()}): {word}, {count} of {len(verdicts)} (algorithm, task) pairs."]
     return lines
 
 
@@ -237,18 +315,19 @@ def _aggregates_section(folder, algos, tasks, final, references) -> list[str]:
     return lines
 
 
-def _write_csv(path: pathlib.Path, runs, final, references) -> None:
+def _write_csv(path: pathlib.Path, runs, final, references, metrics=()) -> None:
     with path.open("w", newline="") as f:
         writer = csv.writer(f)
         writer.writerow(["algo", "env_id", "seed", "env_steps", "wall_time_s", "final_return", "best_return",
-                         "normalized_final", "machine"])  # fmt: skip
+                         "normalized_final", "machine", *metrics])  # fmt: skip
         for run in runs:
             summary, key = run["summary"], (run["algo"], run["env_id"], run["seed"])
             returns = [row["mean_return"] for row in summary.get("evaluations", [])]
             reference = references.get(run["env_id"])
             score = normalized(final[key], reference["random"], reference["reference"]) if reference else ""
             writer.writerow([*key, summary.get("env_steps"), summary.get("wall_time_s"), final[key],
-                             max(returns, default=""), score, summary.get("machine", "not recorded")])  # fmt: skip
+                             max(returns, default=""), score, summary.get("machine", "not recorded"),
+                             *(summary["final_eval"].get(metric, "") for metric in metrics)])  # fmt: skip
 
 
 def pyplot():

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 
 import numpy as np
 import pytest
@@ -236,3 +237,114 @@ def test_a_finished_run_without_an_evaluation_is_named_and_left_out(tmp_path):
     text = report.write_report(tmp_path, [evaluated, blind], 2, load_references(), "t").read_text()
     assert "without an evaluation (eval_episodes 0), so left out: ppo on CartPole-v1 seed 1" in text
     assert "120.0 ± 0.0 (n=1; best 120.0)" in text and "nan" not in text.lower()
+
+
+# -- the report's task metrics, play that learned nothing and goal (a benchmark is a grid and a goal) ------------
+
+
+def test_a_bad_report_section_is_refused_naming_what_is_wrong(tmp_path, capsys):
+    from rl_suite.benchmark import make_grid
+
+    base = {"algos": ["ppo"], "envs": ["CartPole-v1"], "seeds": 1}
+    for report, message in [
+        ({"metric": ["fell"]}, "report must be a mapping of metrics, fixed_plays, goal"),
+        ({"fixed_plays": ["standing"]}, "unknown fixed play 'standing'; the plays are zero, random"),
+        ({"goal": {"at_least": 1, "at_most": 2}}, "needs one bound, at_least or at_most"),
+        ({"goal": {"metric": "fell"}}, "needs one bound, at_least or at_most"),
+        ({"goal": {"at_least": "high"}}, "needs one bound, at_least or at_most"),
+        ({"goal": {"at_least": {"CartPole-v1": True}}}, "a number, or one per task"),
+        ({"goal": {"at_least": 1, "every": True}}, "report goal must be a mapping of algos, metric"),
+    ]:
+        with pytest.raises(ValueError, match=re.escape(message)):
+            make_grid({**base, "report": report})
+    bench = tmp_path / "bench"
+    grid = tmp_path / "grid.yaml"
+    grid.write_text("algos: [ppo]\nenvs: [CartPole-v1]\nseeds: 1\nreport: {goal: {algos: [sac], at_least: 400}}\n")
+    assert "the report's goal names ['sac'], not in algos" in error_of(["benchmark", str(grid), "--dir", str(bench)],
+                                                                       capsys)  # fmt: skip
+    grid.write_text("algos: [ppo]\nenvs: [CartPole-v1, Acrobot-v1]\nseeds: 1\n"
+                    "report: {goal: {at_least: {CartPole-v1: 475}}}\n")  # fmt: skip
+    assert "needs one number for each task of the grid (CartPole-v1, Acrobot-v1)" in error_of(
+        ["benchmark", str(grid), "--dir", str(bench)], capsys
+    )
+    grid.write_text("algos: [mappo]\nenvs: [Spread-v0]\nseeds: 1\nreport: {fixed_plays: [random]}\n")
+    assert "fixed plays are for single-agent tasks, not Spread-v0" in error_of(
+        ["benchmark", str(grid), "--dir", str(bench)], capsys
+    )
+    assert not bench.exists()
+
+
+def summary_with(**final) -> dict:
+    return {"final_eval": {"mean_return": 0.0, **final}, "evaluations": [], "env_steps": 100, "wall_time_s": 1.0}
+
+
+def test_the_report_gives_task_metrics_fixed_play_and_the_goals_verdict_per_seed(tmp_path):
+    from rl_suite.benchmark import Goal, ReportSpec, make_grid
+    from rl_suite.report import write_report
+
+    errors = {("ppo", 0): 0.12, ("ppo", 1): 0.30, ("sac", 0): 0.20, ("sac", 1): 0.22}
+    task = "QuadrupedVelocity-Flat-v0"
+    runs = [
+        {"algo": algo, "env_id": task, "seed": seed, "summary": summary_with(tracking_error_lin=error, fell=0.0)}
+        for (algo, seed), error in errors.items()
+    ]
+    fixed = {("zero", "QuadrupedVelocity-Flat-v0"): {"mean_return": 1.0, "tracking_error_lin": 0.6, "fell": 0.0}}
+    goal = Goal(metric="tracking_error_lin", at_most=0.25)
+    spec = ReportSpec(metrics=("tracking_error_lin", "fell"), fixed_plays=("zero",), goal=goal)
+    write_report(tmp_path, runs, 4, {}, "t", spec=spec, fixed=fixed)
+    report = (tmp_path / "report.md").read_text()
+    # ppo's seed 1 misses (0.30 > 0.25), so ppo misses on every seed; sac's two seeds both meet it.
+    assert "- ppo on QuadrupedVelocity-Flat-v0: missed against 0.25 (0.120, 0.300; mean 0.210)" in report
+    assert "- sac on QuadrupedVelocity-Flat-v0: met against 0.25 (0.200, 0.220; mean 0.210)" in report
+    assert "- zero actions on QuadrupedVelocity-Flat-v0: 0.600, misses it" in report
+    verdict = "Goal (final tracking_error_lin <= 0.25 on every seed): **missed**, 1 of 2 (algorithm, task) pairs."
+    assert verdict in report
+    assert "| QuadrupedVelocity-Flat-v0 | tracking_error_lin | 0.210 ± 0.090 (n=2; 0.120-0.300) |" in report
+    assert "| QuadrupedVelocity-Flat-v0 | zero actions | 1.000 | 0.600 | 0.000 |" in report
+    # On the mean over seeds both meet it; a line that standing still meets is called out.
+    loose = ReportSpec(goal=Goal(metric="tracking_error_lin", at_most=0.7, every_seed=False, algos=("ppo",)))
+    write_report(tmp_path, runs, 4, {}, "t", spec=loose, fixed=fixed)
+    report = (tmp_path / "report.md").read_text()
+    verdict = "Goal (final tracking_error_lin <= 0.7 on the mean over seeds): met, 1 of 1 (algorithm, task) pairs."
+    assert verdict in report
+    assert "0.600, meets it: this line does not tell learning from none" in report
+    with open(tmp_path / "report.csv") as f:
+        assert "tracking_error_lin" not in f.readline()  # the loose spec names no metrics
+    # One number per task, as a grid file gives it: {task: number}.
+    per_task = make_grid({"algos": ["ppo", "sac"], "envs": [task], "seeds": 2,
+                          "report": {"goal": {"metric": "tracking_error_lin", "at_most": {task: 0.31}}}})  # fmt: skip
+    write_report(tmp_path, runs, 4, {}, "t", spec=per_task.report, fixed=fixed)
+    report = (tmp_path / "report.md").read_text()
+    assert f"Goal: final tracking_error_lin <= the task's number ({task} 0.31) on every seed" in report
+    assert "**missed**" not in report and "met, 2 of 2 (algorithm, task) pairs." in report
+    assert per_task.to_plain()["report"]["goal"]["at_most"] == {task: 0.31}  # recorded in grid.yaml as given
+
+
+def test_fixed_play_is_evaluated_as_the_runs_were_and_kept(tmp_path, monkeypatch):
+    from rl_suite import benchmark as bench_module
+    from rl_suite.benchmark import BenchmarkRun, FixedPlay, fixed_play_results, make_grid
+    from rl_suite.registry import make
+    from rl_suite.runner import evaluate
+
+    grid = make_grid({"algos": ["ppo"], "envs": ["CartPole-v1"], "seeds": [3],
+                      "report": {"fixed_plays": ["zero", "random"]}})  # fmt: skip
+    run = BenchmarkRun("ppo", "CartPole-v1", 3)
+    directory = tmp_path / "runs" / run.name
+    directory.mkdir(parents=True)
+    run_section = "run:\n  seed: 3\n  eval_episodes: 6\n  env_kwargs: {max_episode_steps: 50}\n"
+    (directory / "config.yaml").write_text(run_section)
+    results = fixed_play_results(tmp_path, grid, {run: summary_with()})
+    seed = 3 + 1_000_003
+    with make("CartPole-v1", num_envs=6, seed=seed, max_episode_steps=50) as env:
+        expected = evaluate(FixedPlay("random", env.action_space, seed), env, seed=seed)
+    assert results[("random", "CartPole-v1")] == expected
+    # Pushing left every step topples the pole within a few steps; random play holds it longer, but not for 475.
+    assert results[("zero", "CartPole-v1")]["mean_return"] < 12 < results[("random", "CartPole-v1")]["mean_return"]
+    assert expected["mean_return"] < 50
+
+    def not_again(*args, **kwargs):
+        raise AssertionError("evaluated again")
+
+    monkeypatch.setattr("rl_suite.runner.evaluate", not_again)
+    assert fixed_play_results(tmp_path, grid, {run: summary_with()}) == results  # kept in fixed_plays.json
+    assert bench_module.FIXED_PLAYS["zero"] == "zero actions"
