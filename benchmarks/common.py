@@ -25,11 +25,11 @@ import numpy as np
 import torch
 
 from rl_suite.device import cpu_name
+from rl_suite.runner import EVAL_SEED_OFFSET  # evaluations run on a run's seed plus this
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 DEFAULT_SEEDS = (0, 1, 2)
 MIN_PUBLISHED_SEEDS = 3  # fewer seeds make a smoke test, not a result
-EVAL_SEED_OFFSET = 1_000_003  # rl_suite/runner.py evaluates on the run's seed plus this
 
 
 # -- command line ---------------------------------------------------------------------------------------------------

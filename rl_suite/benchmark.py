@@ -554,7 +554,7 @@ def fixed_play_results(bench_dir: pathlib.Path, grid: Grid, summaries: dict[Benc
     seed, from its config.yaml). Kept in ``fixed_plays.json`` and reused while the evaluation is the same."""
     from rl_suite.config import read_yaml
     from rl_suite.registry import make, trusted_env_spec
-    from rl_suite.runner import evaluate
+    from rl_suite.runner import EVAL_SEED_OFFSET, evaluate
 
     kept_path = bench_dir / "fixed_plays.json"
     kept = json.loads(kept_path.read_text()) if kept_path.is_file() else {}
@@ -566,7 +566,7 @@ def fixed_play_results(bench_dir: pathlib.Path, grid: Grid, summaries: dict[Benc
         source = run_dir(bench_dir, finished[0]) / "config.yaml"
         run = read_yaml(source).get("run", {})
         _, env_kwargs = trusted_env_spec(env_id, run.get("env_kwargs"), str(source))
-        episodes, seed = int(run.get("eval_episodes", 0)), int(run.get("seed", 0)) + 1_000_003  # the runner's
+        episodes, seed = int(run.get("eval_episodes", 0)), int(run.get("seed", 0)) + EVAL_SEED_OFFSET
         for play in grid.report.fixed_plays:
             key = json.dumps([play, env_id, env_kwargs, episodes, seed], sort_keys=True)
             if key not in kept and episodes > 0:

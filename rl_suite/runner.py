@@ -56,6 +56,8 @@ from rl_suite.env import VecEnv
 from rl_suite.logger import NullLogger, RunLogger, tracker_names
 from rl_suite.multiagent import MultiAgentCollector, MultiAgentVecEnv
 
+EVAL_SEED_OFFSET = 1_000_003  # evaluations run on the run's seed plus this: streams the training never draws
+
 
 @dataclasses.dataclass(frozen=True)
 class RunConfig:
@@ -222,7 +224,7 @@ class Runner:
                 config.env_id,
                 num_envs=config.eval_episodes,
                 device=env.device,
-                seed=config.seed + 1_000_003,
+                seed=config.seed + EVAL_SEED_OFFSET,
                 **config.env_kwargs,
             )
         self.eval_env = eval_env
@@ -352,7 +354,7 @@ class Runner:
         return now, steps, iterations
 
     def _evaluate(self, logger, wall_time: float) -> None:
-        self.last_eval = evaluate(self.agent, self.eval_env, seed=self.config.seed + 1_000_003)
+        self.last_eval = evaluate(self.agent, self.eval_env, seed=self.config.seed + EVAL_SEED_OFFSET)
         row = {"env_steps": self.env_steps, "wall_time_s": wall_time, "mean_return": self.last_eval["mean_return"]}
         scalars = {"eval/mean_return": self.last_eval["mean_return"], "eval/std_return": self.last_eval["std_return"]}
         if "win_rate" in self.last_eval:

@@ -324,7 +324,7 @@ def test_fixed_play_is_evaluated_as_the_runs_were_and_kept(tmp_path, monkeypatch
     from rl_suite import benchmark as bench_module
     from rl_suite.benchmark import BenchmarkRun, FixedPlay, fixed_play_results, make_grid
     from rl_suite.registry import make
-    from rl_suite.runner import evaluate
+    from rl_suite.runner import EVAL_SEED_OFFSET, evaluate
 
     grid = make_grid({"algos": ["ppo"], "envs": ["CartPole-v1"], "seeds": [3],
                       "report": {"fixed_plays": ["zero", "random"]}})  # fmt: skip
@@ -334,7 +334,7 @@ def test_fixed_play_is_evaluated_as_the_runs_were_and_kept(tmp_path, monkeypatch
     run_section = "run:\n  seed: 3\n  eval_episodes: 6\n  env_kwargs: {max_episode_steps: 50}\n"
     (directory / "config.yaml").write_text(run_section)
     results = fixed_play_results(tmp_path, grid, {run: summary_with()})
-    seed = 3 + 1_000_003
+    seed = 3 + EVAL_SEED_OFFSET
     with make("CartPole-v1", num_envs=6, seed=seed, max_episode_steps=50) as env:
         expected = evaluate(FixedPlay("random", env.action_space, seed), env, seed=seed)
     assert results[("random", "CartPole-v1")] == expected
