@@ -167,7 +167,7 @@ def _write_report_files(folder: pathlib.Path, runs, expected, references, title,
         lines += _fixed_play_section(tasks, spec, fixed)
         lines += _metrics_section(algos, tasks, runs, spec.metrics)
         if spec.goal is not None:
-            lines += _goal_section(algos, tasks, runs, spec.goal, fixed)
+            lines += _goal_section(algos, tasks, runs, spec.goal, fixed, expected)
     lines += _aggregates_section(folder, algos, tasks, final, references)
     _write_csv(folder / "report.csv", runs, final, references, spec.metrics if spec is not None else ())
     if runs and _plot_curves(folder / "report_curves.png", algos, tasks, runs):
@@ -242,9 +242,9 @@ def _metrics_section(algos, tasks, runs, metrics) -> list[str]:
     return lines
 
 
-def _goal_section(algos, tasks, runs, goal, fixed) -> list[str]:
+def _goal_section(algos, tasks, runs, goal, fixed, expected: int) -> list[str]:
     """Each (algorithm, task) the goal holds to, met or missed, with the values that decide it; what each play that
-    learned nothing gets; and the verdict line."""
+    learned nothing gets; and the verdict line (a verdict over fewer runs than the grid's says so)."""
     from rl_suite.benchmark import FIXED_PLAYS
 
     held = [algo for algo in algos if not goal.algos or algo in goal.algos]
@@ -269,7 +269,8 @@ def _goal_section(algos, tasks, runs, goal, fixed) -> list[str]:
                 lines.append(f"- {FIXED_PLAYS[play]} on {task}: {value:,.3f}, {meets or 'misses it'}")
     count = sum(verdicts)
     word = "met" if verdicts and all(verdicts) else "**missed**"
-    lines += ["", f"Goal ({goal.words()}): {word}, {count} of {len(verdicts)} (algorithm, task) pairs."]
+    so_far = f" so far, over {len(runs)} of the grid's {expected} runs" if len(runs) < expected else ""
+    lines += ["", f"Goal ({goal.words()}): {word}{so_far}, {count} of {len(verdicts)} (algorithm, task) pairs."]
     return lines
 
 
