@@ -84,7 +84,7 @@ class RunConfig:
     stop_at_win_rate: float | None = setting(None, at_least=0, at_most=1)
     """Stop as soon as an evaluation's win rate (tasks with winners: the skirmishes) reaches this."""
     eval_every_steps: int = setting(25_000, at_least=0)
-    """Evaluate every this many env steps (and at the end)."""
+    """Evaluate every this many env steps (and at the end); 0 to evaluate only at the end."""
     eval_episodes: int = setting(100, at_least=0)
     """Episodes per evaluation, run at once on a batched env (one episode per environment)."""
     log_every_steps: int = setting(10_000, at_least=1)
@@ -233,7 +233,8 @@ class Runner:
         # Counters a checkpoint restores.
         self.env_steps = self.iterations = 0
         self.wall_time_before = 0.0  # spent by earlier sessions of a resumed run
-        self.next_log, self.next_eval = config.log_every_steps, config.eval_every_steps
+        self.next_log = config.log_every_steps
+        self.next_eval = config.eval_every_steps if config.eval_every_steps > 0 else math.inf
         self.next_checkpoint = config.checkpoint_every_steps
         self.next_video = config.video_every_steps if config.video_every_steps > 0 else math.inf
         self.video_env = None

@@ -310,6 +310,13 @@ def test_learn_evaluates_on_an_env_made_with_the_training_envs_keywords(tmp_path
     assert not (tmp_path / "odd").exists()
 
 
+def test_eval_every_steps_zero_evaluates_at_the_end_only(tmp_path):
+    agent, env = build(PPO, "CartPole-v1", TINY_PPO)
+    settings = dict(eval_episodes=2, eval_every_steps=0, progress=False)
+    summary = agent.learn(env, total_steps=256, run_dir=tmp_path / "run", **settings)
+    assert [row["env_steps"] for row in summary["evaluations"]] == [256]  # not also after the first iteration
+
+
 def test_learn_predict_save_and_load(tmp_path):
     agent, env = build(PPO, "CartPole-v1", TINY_PPO)
     summary = agent.learn(env, total_steps=320, run_dir=tmp_path / "run", eval_episodes=3, progress=False)
