@@ -40,6 +40,7 @@ from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import ReplayBuffer, owed_updates, transition_spec
 from rl_suite.config import setting
 from rl_suite.deploy.inference import FrozenNorm, FrozenScale, InferencePolicy, random_availability, tensor_spec
+from rl_suite.multiagent import random_available_action
 from rl_suite.networks import ACTIVATIONS, ActionScaler, EnsembleMLP
 from rl_suite.optim import finite_or_warn, gradient_step, polyak_update
 
@@ -160,7 +161,7 @@ class MADDPG(MultiAgentAgent):
         if self.discrete:
             avail = inputs["avail_actions"]
             if warm_up:  # uniform among the available actions
-                return torch.where(avail, torch.rand(avail.shape, device=self.device), -1.0).argmax(-1), {}, memory
+                return random_available_action(avail), {}, memory
             logits = self._actor_out(self.actor, obs).masked_fill(~avail, -1e9)
             if not deterministic:  # a Gumbel-max sample: a draw from softmax(logits)
                 logits = logits - torch.empty_like(logits).exponential_().log()

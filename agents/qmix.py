@@ -35,6 +35,7 @@ from rl_suite.agent import MultiAgentAgent
 from rl_suite.buffers import EpisodeBuffer, lambda_returns
 from rl_suite.config import setting
 from rl_suite.deploy.inference import ExportError
+from rl_suite.multiagent import random_available_action
 from rl_suite.networks import RecurrentMLP
 from rl_suite.optim import finite_or_warn, gradient_step
 
@@ -200,7 +201,7 @@ class QMIX(MultiAgentAgent):
         q, hidden = self.agents(x, memory["hidden"].reshape(n * a, -1))
         action = q.view(n, a, -1).masked_fill(~avail, -torch.inf).argmax(-1)
         if not deterministic:  # epsilon-greedy, the random action uniform among the available ones
-            random_action = torch.where(avail, torch.rand(avail.shape, device=self.device), -1.0).argmax(-1)
+            random_action = random_available_action(avail)
             explore = torch.rand(n, a, device=self.device) < self.epsilon()
             action = torch.where(explore, random_action, action)
             self.env_steps += n

@@ -207,6 +207,12 @@ def env_inputs(env: MultiAgentVecEnv) -> dict[str, torch.Tensor]:
     return inputs
 
 
+def random_available_action(avail: torch.Tensor) -> torch.Tensor:
+    """An action drawn uniformly among the available ones (``avail``: ``[..., n_actions]`` booleans): the argmax of
+    uniform draws, with the unavailable actions below every draw. ``[...]`` indices."""
+    return torch.where(avail, torch.rand(avail.shape, device=avail.device), -1.0).argmax(-1)
+
+
 def reset_memory(memory: dict[str, torch.Tensor], done: torch.Tensor) -> None:
     """Zero, in place, the memory (hidden states, last actions) of environments whose episode ended."""
     keep = (~done).to(torch.float32)
