@@ -244,7 +244,8 @@ class FlashSAC(OffPolicyAgent):
 
     def _exploration_noise(self, num_envs: int) -> torch.Tensor:
         """Each environment's noise, redrawn (with a new holding time) where its holding time has run out, drawn
-        into buffers kept between steps (the hot loop allocates nothing)."""
+        into buffers kept between steps (the hot loop allocates nothing): the tensor returned is valid until the next
+        call."""
         if self._draws is None or self._draws["fresh"].shape[0] != num_envs:
             self._draws = {
                 "fresh": torch.empty(num_envs, *self.action_space.shape, device=self.device),

@@ -164,7 +164,8 @@ def test_noise_is_held_for_zeta_distributed_steps_or_drawn_each_step():
 
     fresh = FlashSAC(OBS, ACTIONS, **SMALL, noise_repeat=False)
     fresh.make_buffer(256)
-    assert not torch.equal(fresh._exploration_noise(256), fresh._exploration_noise(256))
+    first = fresh._exploration_noise(256).clone()  # the draws land in one buffer, valid until the next step's
+    assert not torch.equal(first, fresh._exploration_noise(256))
     assert abs(agent.target_entropy - 0.5 * 2 * math.log(2 * math.pi * math.e * 0.15**2)) < 1e-12
     assert abs(agent.target_entropy / 2 - (-0.4782)) < 1e-3  # per action dimension
 
