@@ -670,15 +670,29 @@ def test_play_without_a_file_where_none_is_shipped_says_so(capsys, tmp_path, mon
     assert "no trained policy is shipped yet" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("command", [(0.5, 0.0, 0.0), (0.0, -0.5, 0.0)])
-def test_the_shipped_quadruped_policy_walks_from_rest_where_standing_scores_the_commands_speed(command):
-    """The shipped file (README: benchmarks/legged_training.py's best seed), run by ``rl-suite play`` on
-    ``MujocoRobot`` from the default pose for 5 s, start included. Standing still scores 0.5 m/s on both commands."""
+@pytest.mark.parametrize(
+    "robot, command", [("quadruped", (0.5, 0.0, 0.0)), ("quadruped", (0.0, -0.5, 0.0)), ("humanoid", (0.5, 0.0, 0.0))]
+)
+def test_the_shipped_policies_walk_from_rest_where_standing_scores_the_commands_speed(robot, command):
+    """The shipped files (docs/reference/tasks.md: a seed of benchmarks/legged_training.py each), run by ``rl-suite
+    play`` on ``MujocoRobot`` from the default pose for 5 s, start included. Standing still scores 0.5 m/s on every
+    command (and the humanoid, held by PD alone, falls)."""
     from rl_suite.envs.robots.deploy import SHIPPED_POLICIES, play
 
-    assert (SHIPPED_POLICIES / "quadruped_flat.onnx").is_file()
-    result = play(command=command, seconds=5.0, viewer=False)
+    assert (SHIPPED_POLICIES / f"{robot}_flat.onnx").is_file()
+    result = play(command=command, seconds=5.0, viewer=False, robot=robot)
     assert not result["fell"] and result["tracking_error_lin"] < TRACKING_FROM_REST, result
+
+
+def test_play_robot_picks_a_shipped_policy_and_only_without_a_file(capsys):
+    from rl_suite.cli import main
+    from rl_suite.envs.robots.deploy import SHIPPED_POLICIES, play
+
+    shipped = str(SHIPPED_POLICIES / "quadruped_flat.onnx")
+    assert main(["play", shipped, "--robot", "humanoid", "--no-viewer"]) == 2
+    assert "--robot picks a shipped policy: give it without a RUN_DIR or FILE" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="robot must be one of quadruped, humanoid"):
+        play(robot="cheetah", viewer=False)
 
 
 TRACKING_FROM_REST = 0.25  # seeds 0 and 1 of legged_training: 0.08-0.11 m/s on these commands, standing 0.5
