@@ -21,9 +21,12 @@ import tempfile
 import time
 from dataclasses import dataclass
 
+import gymnasium as gym
 import numpy as np
 import torch
 
+from rl_suite.benchmark import FixedPlay
+from rl_suite.deploy.inference import actions_from_offsets
 from rl_suite.device import cpu_name
 from rl_suite.runner import EVAL_SEED_OFFSET  # evaluations run on a run's seed plus this
 
@@ -196,36 +199,29 @@ class SimulatedClock:
 # -- baselines and reports ---------------------------------------------------------------------------------------------
 
 
-# Play that learned nothing (``FixedPolicy``'s kinds), with the row label every report gives it.
+# Play that learned nothing (``fixed_policy``'s kinds), with the row label every report gives it.
 FIXED_PLAYS = {"random": "random (N(0, 1) actions)", "standing": "standing (zero action)"}
 
 
-class FixedPolicy:
-    """Play that learned nothing, as the runner's evaluation asks for actions: zero actions (``"standing"``: the
-    default pose held by PD, on a legged task) or N(0, 1) actions (``"random"``: an untrained Gaussian policy's)."""
-
-    def __init__(self, kind: str, seed: int, action_size: int):
-        if kind not in FIXED_PLAYS:
-            raise ValueError(f"kind must be 'standing' or 'random', got {kind!r}")
-        self.kind, self.action_size = kind, action_size
-        self.generator = torch.Generator().manual_seed(seed)
-
-    def act(self, obs, deterministic: bool = True):
-        shape = (obs.shape[0], self.action_size)
-        if self.kind == "standing":
-            return torch.zeros(shape), {}
-        return torch.randn(shape, generator=self.generator), {}
+def fixed_policy(kind: str, seed: int, action_size: int) -> FixedPlay:
+    """Play that learned nothing, as the runner's evaluation asks for actions: ``rl_suite.benchmark.FixedPlay`` under
+    the legged scripts' names, ``"standing"`` (zero actions: the default pose held by PD) or ``"random"`` (N(0, 1)
+    actions: an untrained Gaussian policy's), over ``action_size`` unbounded actions."""
+    if kind not in FIXED_PLAYS:
+        raise ValueError(f"kind must be 'standing' or 'random', got {kind!r}")
+    space = gym.spaces.Box(-np.inf, np.inf, (action_size,), np.float32)
+    return FixedPlay("zero" if kind == "standing" else "random", space, seed)
 
 
 def fixed_policy_evaluation(env_id: str, kind: str, seed: int, episodes: int, env_kwargs: dict) -> dict[str, float]:
     """The runner's evaluation (``rl_suite.runner.evaluate``, on the evaluation seed of a run with ``seed``) of standing
-    or random play (``FixedPolicy``) on ``env_id`` made with ``env_kwargs``: the task's metrics."""
+    or random play (``fixed_policy``) on ``env_id`` made with ``env_kwargs``: the task's metrics."""
     from rl_suite.registry import make
     from rl_suite.runner import evaluate
 
     eval_seed = seed + EVAL_SEED_OFFSET
     with make(env_id, num_envs=episodes, seed=eval_seed, **env_kwargs) as env:
-        return evaluate(FixedPolicy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
+        return evaluate(fixed_policy(kind, seed, env.action_space.shape[0]), env, seed=eval_seed)
 
 
 class ExportedPlay:
@@ -238,12 +234,12 @@ class ExportedPlay:
         from rl_suite.deploy.runtime import load_policy
 
         self.policy = load_policy(path)
-        scale = None if self.policy.robot is None else np.asarray(self.policy.robot["action_scale"])
-        self.unit = None if scale is None else np.where(scale != 0, scale, 1.0)
+        self.scale = None if self.policy.robot is None else np.asarray(self.policy.robot["action_scale"])
 
     def act(self, obs, deterministic: bool = True):
         actions = self.policy(obs.cpu().numpy())
-        return torch.as_tensor(actions if self.unit is None else actions / self.unit, dtype=torch.float32), {}
+        actions = actions if self.scale is None else actions_from_offsets(actions, self.scale)
+        return torch.as_tensor(actions, dtype=torch.float32), {}
 
 
 def exported_policy_evaluation(env_id: str, path: pathlib.Path, seed: int, episodes: int, env_kwargs: dict) -> dict:

@@ -131,8 +131,10 @@ def main() -> None:
                 flush=True,
             )
     shipped = common.shipped_settings("ppo", ENV_ID).get("env_kwargs", {})
-    baselines = {kind: evaluations(common.FixedPolicy(kind, 0, 12), {**shipped, "fall_grace_s": GRACE_S}, 0) for kind in
-                 ("standing", "random")}  # fmt: skip
+    baseline_kwargs = {**shipped, "fall_grace_s": GRACE_S}
+    baselines = {
+        kind: evaluations(common.fixed_policy(kind, 0, 12), baseline_kwargs, 0) for kind in ("standing", "random")
+    }
     write(runs, baselines, args)
 
 

@@ -87,8 +87,8 @@ def course_success(act, env_kwargs: dict, course: str, seed: int) -> dict:
 
 
 def baseline_act(kind: str, seed: int):
-    """Standing or random play's ``act(obs)`` (``common.FixedPolicy``), for the courses."""
-    policy = common.FixedPolicy(kind, seed, 12)
+    """Standing or random play's ``act(obs)`` (``common.fixed_policy``), for the courses."""
+    policy = common.fixed_policy(kind, seed, 12)
     return lambda obs: policy.act(obs)[0]
 
 

@@ -296,7 +296,7 @@ def random_score(task: str, seed: int) -> float:
 
 
 def fixed_play_scores(task: str, kind: str, seeds: list[int]) -> dict[int, float]:
-    """A legged task's tracking error for ``common.FixedPolicy`` play on each seed's evaluation episodes, on PPO's task
+    """A legged task's tracking error for ``common.fixed_policy`` play on each seed's evaluation episodes, on PPO's task
     keywords (the benchmark's reward for every training). ``kind`` "standing" (zero actions) is the level a policy that
     learned nothing but to stand reaches; "random" plays N(0, 1) actions, as the actions are unbounded. Both differ
     between seeds (standing 0.565-0.605 m/s on the quadruped's seeds 0-2), so they are given over the runs' seeds."""

@@ -22,6 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
+from rl_suite.deploy.inference import actions_from_offsets
 from rl_suite.envs.robots.config import RobotConfig, bind, build_model
 from rl_suite.video import check_video_path, has_display, write_video
 
@@ -86,7 +87,7 @@ class EntryRobot:
 
     def _record_action(self, offsets: np.ndarray) -> None:
         """The last action, as the task observes it: the offsets divided by the action scale."""
-        self.last_action = offsets / np.where(self.action_scale != 0, self.action_scale, 1.0)
+        self.last_action = actions_from_offsets(offsets, self.action_scale)
 
     def planar_velocity(self) -> np.ndarray:
         """The base's (v_x, v_y) in its own frame, and its yaw rate."""

@@ -184,6 +184,12 @@ class FlowInference(InferencePolicy):
         return self.scale(x)
 
 
+def actions_from_offsets(offsets, action_scale):
+    """``JointOffsets``' output back in the task's action units: each joint's offset divided by its action scale (a
+    joint of scale 0 keeps its value). Numpy arrays or torch tensors."""
+    return offsets / (action_scale + (action_scale == 0))
+
+
 class JointOffsets(InferencePolicy):
     """A legged robot's policy: ``policy``'s action clipped to ``[-clip, clip]`` and multiplied by each joint's
     ``action_scale``, the offsets from the default pose that the robot's PD controllers track (target =
